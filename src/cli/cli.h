@@ -1,0 +1,29 @@
+/* The tidal program: subcommands and their shared plumbing. */
+#ifndef TIDAL_CLI_H
+#define TIDAL_CLI_H
+
+#include "core/core.h"
+
+/* Exit codes that scripts can trust. */
+enum {
+    CLI_EXIT_OK = 0,
+    CLI_EXIT_FAILURE = 1, /* the work failed: see the error line */
+    CLI_EXIT_USAGE = 2    /* bad arguments, parameters or config: nothing was done */
+};
+
+typedef struct cli_command {
+    const char *name;
+    const char *summary;
+    const char *usage;                /* "tidal info [options]" */
+    const tdl_param_def_t *params;    /* this command's own parameters */
+    size_t nparams;
+    /* Runs with the registry filled in; positional arguments follow the command name. */
+    int (*run)(tdl_params_t *params, int npos, char **pos);
+} cli_command_t;
+
+extern const cli_command_t cli_cmd_info;
+
+/* Prints "tidal: <message>" and returns CLI_EXIT_USAGE. */
+int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif /* TIDAL_CLI_H */

@@ -1,0 +1,91 @@
+/* Rank-prefixed logging with levels. One line is written with one call so that lines from
+ * several ranks sharing a terminal do not interleave mid-line. */
+#include "config.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "core/core.h"
+
+static tdl_log_level_t log_level = TDL_LOG_WARN;
+static int log_rank = -1;
+static FILE *log_stream;
+static double log_t0 = -1.0;
+
+static const char *const level_names[] = {"error", "warn", "info", "debug", "trace"};
+
+tdl_status_t tdl_log_level_parse(const char *text, tdl_log_level_t *level_out)
+{
+    for (size_t i = 0; i < TDL_ARRAY_SIZE(level_names); i++) {
+        if (strcasecmp(text, level_names[i]) == 0) {
+            *level_out = (tdl_log_level_t)i;
+            return TDL_OK;
+        }
+    }
+    return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                           "unknown log level '%s': use error, warn, info, debug or trace", text);
+}
+
+const char *tdl_log_level_name(tdl_log_level_t level)
+{
+    if ((unsigned)level >= TDL_ARRAY_SIZE(level_names))
+        return "?";
+    return level_names[level];
+}
+
+void tdl_log_set_level(tdl_log_level_t level)
+{
+    log_level = level;
+}
+
+tdl_log_level_t tdl_log_get_level(void)
+{
+    return log_level;
+}
+
+void tdl_log_set_rank(int rank)
+{
+    log_rank = rank;
+}
+
+void tdl_log_set_stream(FILE *stream)
+{
+    log_stream = stream;
+}
+
+void tdl_log_vwrite(tdl_log_level_t level, const char *fmt, va_list ap)
+{
+    if (level > log_level)
+        return;
+    double now = tdl_clock_s();
+    if (log_t0 < 0)
+        log_t0 = now;
+    char line[2048];
+    int n;
+    if (log_rank >= 0)
+        n = snprintf(line, sizeof(line), "tidal[%d] %9.3f %s: ", log_rank, now - log_t0,
+                     tdl_log_level_name(level));
+    else
+        n = snprintf(line, sizeof(line), "tidal %9.3f %s: ", now - log_t0,
+                     tdl_log_level_name(level));
+    if (n < 0 || (size_t)n >= sizeof(line))
+        n = 0;
+    int m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+    size_t len = (size_t)n + (m < 0 ? 0 : TDL_MIN((size_t)m, sizeof(line) - (size_t)n - 2));
+    if (len == 0 || line[len - 1] != '\n')
+        line[len++] = '\n';
+    FILE *out = log_stream ? log_stream : stderr;
+    fwrite(line, 1, len, out);
+    fflush(out);
+}
+
+void tdl_log_write(tdl_log_level_t level, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    tdl_log_vwrite(level, fmt, ap);
+    va_end(ap);
+}

@@ -1,0 +1,106 @@
+/* Philox4x32-10 (Salmon et al., "Parallel Random Numbers: As Easy as 1, 2, 3", SC'11).
+ * Word `pos` of stream (seed, stream) is word pos % 4 of the block with counter
+ * (pos / 4, stream) under key seed, so any position is reachable in O(1). */
+#include "config.h"
+
+#include <math.h>
+
+#include "core/core.h"
+
+#define PHILOX_M0 0xD2511F53u
+#define PHILOX_M1 0xCD9E8D57u
+#define PHILOX_W0 0x9E3779B9u
+#define PHILOX_W1 0xBB67AE85u
+
+static inline uint32_t mulhilo(uint32_t a, uint32_t b, uint32_t *hi)
+{
+    uint64_t p = (uint64_t)a * b;
+    *hi = (uint32_t)(p >> 32);
+    return (uint32_t)p;
+}
+
+void tdl_philox4x32_10(const uint32_t counter[4], const uint32_t key[2], uint32_t out[4])
+{
+    uint32_t c0 = counter[0], c1 = counter[1], c2 = counter[2], c3 = counter[3];
+    uint32_t k0 = key[0], k1 = key[1];
+    for (int round = 0; round < 10; round++) {
+        uint32_t hi0, hi1;
+        uint32_t lo0 = mulhilo(PHILOX_M0, c0, &hi0);
+        uint32_t lo1 = mulhilo(PHILOX_M1, c2, &hi1);
+        uint32_t n0 = hi1 ^ c1 ^ k0;
+        uint32_t n1 = lo1;
+        uint32_t n2 = hi0 ^ c3 ^ k1;
+        uint32_t n3 = lo0;
+        c0 = n0, c1 = n1, c2 = n2, c3 = n3;
+        k0 += PHILOX_W0;
+        k1 += PHILOX_W1;
+    }
+    out[0] = c0, out[1] = c1, out[2] = c2, out[3] = c3;
+}
+
+void tdl_rng_init(tdl_rng_t *rng, uint64_t seed, uint64_t stream)
+{
+    rng->seed = seed;
+    rng->stream = stream;
+    rng->pos = 0;
+    rng->block_id = UINT64_MAX;
+}
+
+void tdl_rng_seek(tdl_rng_t *rng, uint64_t pos)
+{
+    rng->pos = pos;
+}
+
+uint32_t tdl_rng_u32(tdl_rng_t *rng)
+{
+    uint64_t id = rng->pos >> 2;
+    if (id != rng->block_id) {
+        const uint32_t ctr[4] = {(uint32_t)id, (uint32_t)(id >> 32), (uint32_t)rng->stream,
+                                 (uint32_t)(rng->stream >> 32)};
+        const uint32_t key[2] = {(uint32_t)rng->seed, (uint32_t)(rng->seed >> 32)};
+        tdl_philox4x32_10(ctr, key, rng->block);
+        rng->block_id = id;
+    }
+    return rng->block[rng->pos++ & 3];
+}
+
+uint64_t tdl_rng_u64(tdl_rng_t *rng)
+{
+    uint64_t lo = tdl_rng_u32(rng);
+    return lo | ((uint64_t)tdl_rng_u32(rng) << 32);
+}
+
+float tdl_rng_uniform(tdl_rng_t *rng)
+{
+    return (float)(tdl_rng_u32(rng) >> 8) * 0x1.0p-24f;
+}
+
+double tdl_rng_uniform_f64(tdl_rng_t *rng)
+{
+    return (double)(tdl_rng_u64(rng) >> 11) * 0x1.0p-53;
+}
+
+float tdl_rng_normal(tdl_rng_t *rng)
+{
+    /* u1 in (0, 1] keeps log() finite. */
+    double u1 = ((double)(tdl_rng_u32(rng) >> 8) + 1.0) * 0x1.0p-24;
+    double u2 = (double)(tdl_rng_u32(rng) >> 8) * 0x1.0p-24;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
+}
+
+uint64_t tdl_rng_below(tdl_rng_t *rng, uint64_t n)
+{
+    /* Rejection of the short last interval: unbiased, expected draws < 2. */
+    uint64_t limit = UINT64_MAX - (UINT64_MAX % n);
+    uint64_t x;
+    do {
+        x = tdl_rng_u64(rng);
+    } while (x >= limit);
+    return x % n;
+}
+
+void tdl_rng_fill_normal(tdl_rng_t *rng, float *out, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = tdl_rng_normal(rng);
+}

@@ -1,0 +1,51 @@
+#!/bin/sh
+# The tidal program's contract with scripts: --version, --help, --help-params, and exit code 2
+# with a one-line error naming the argument for every bad argument or parameter value.
+. "${TIDAL_BUILDDIR:-.}/tests/env.sh"
+
+out=`"$TIDAL" --version`; rc=$?
+check "--version exits 0" [ $rc = 0 ]
+case $out in "tidal "[0-9]*) ok "--version prints 'tidal <version>'";; *) not_ok "--version: $out";; esac
+
+out=`"$TIDAL" --help`; rc=$?
+check "--help exits 0" [ $rc = 0 ]
+case $out in *usage:*info*) ok "--help shows usage and the info command";; *) not_ok "--help";; esac
+case $out in *"srun --mpi=pmix"*) ok "--help shows how to launch under Slurm";; *) not_ok "--help srun";; esac
+
+out=`"$TIDAL" --help-params`; rc=$?
+check "--help-params exits 0" [ $rc = 0 ]
+case $out in *--log-level*TIDAL_LOG_LEVEL*) ok "--help-params lists log-level and its variable";;
+    *) not_ok "--help-params";; esac
+
+out=`"$TIDAL" info --help`; rc=$?
+check "'info --help' exits 0" [ $rc = 0 ]
+
+# usage errors: exit 2, exactly one line on stderr, naming the culprit
+usage_error() {
+    desc=$1; needle=$2; shift 2
+    err=`"$TIDAL" "$@" 2>&1 >/dev/null`; rc=$?
+    lines=`printf '%s\n' "$err" | wc -l`
+    if [ $rc = 2 ] && [ "$lines" = 1 ] && printf '%s' "$err" | grep -q -- "$needle"; then
+        ok "$desc -> exit 2: $err"
+    else
+        not_ok "$desc -> rc=$rc lines=$lines: $err"
+    fi
+}
+usage_error "no command" "" 
+usage_error "unknown command" "'frobnicate'" frobnicate
+usage_error "unknown option first" "'--frob'" --frob
+usage_error "unknown option to info" "'--frob'" info --frob 1
+usage_error "bad log level" "'loud'" info --log-level loud
+usage_error "missing value" "--log-level" info --log-level
+usage_error "stray argument" "'extra'" info extra
+usage_error "single-dash option" "'-x'" info -x
+TIDAL_LOG_LEVEL=shout; export TIDAL_LOG_LEVEL
+usage_error "bad environment value" "TIDAL_LOG_LEVEL" info
+unset TIDAL_LOG_LEVEL
+usage_error "missing config file" "/nonexistent.conf" info --config /nonexistent.conf
+conf=`mktemp`; echo "log-levle = info" > "$conf"
+usage_error "misspelt config name" "log-levle" info --config "$conf"
+echo "log-level = loud" > "$conf"
+usage_error "bad config value" "$conf:1" info --config "$conf"
+rm -f "$conf"
+done_testing
