@@ -44,9 +44,9 @@ tdl_status_t tdl_boot_init(int *argc, char ***argv, tdl_boot_info_t *info_out)
     MPI_Comm_rank(MPI_COMM_WORLD, &info.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &info.size);
     MPI_Comm local;
-    st = boot_check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, info.rank,
-                                        MPI_INFO_NULL, &local),
-                    "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
+    st = boot_check(
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, info.rank, MPI_INFO_NULL, &local),
+        "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
     if (st != TDL_OK)
         return st;
     MPI_Comm_rank(local, &info.local_rank);
@@ -122,9 +122,9 @@ tdl_status_t tdl_boot_allgatherv(const void *mine, size_t len, tdl_boot_blobs_t 
         st = tdl_error_raise(TDL_ERR_NOMEM, "bootstrap all-gather: cannot hold %zu bytes", total);
         goto err;
     }
-    st = boot_check(MPI_Allgatherv(mine, mylen, MPI_BYTE, b.data, counts, displs, MPI_BYTE,
-                                   MPI_COMM_WORLD),
-                    "MPI_Allgatherv of blobs");
+    st = boot_check(
+        MPI_Allgatherv(mine, mylen, MPI_BYTE, b.data, counts, displs, MPI_BYTE, MPI_COMM_WORLD),
+        "MPI_Allgatherv of blobs");
     if (st != TDL_OK)
         goto err;
     free(counts);
@@ -146,8 +146,8 @@ tdl_status_t tdl_boot_barrier(void)
 tdl_status_t tdl_boot_allreduce_sum_i64(int64_t *value)
 {
     int64_t in = *value, out = 0;
-    tdl_status_t st = boot_check(
-        MPI_Allreduce(&in, &out, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+    tdl_status_t st = boot_check(MPI_Allreduce(&in, &out, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD),
+                                 "MPI_Allreduce");
     if (st == TDL_OK)
         *value = out;
     return st;

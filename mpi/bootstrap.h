@@ -13,9 +13,9 @@ extern "C" {
 #endif
 
 typedef struct tdl_boot_info {
-    int rank;         /* world rank */
-    int size;         /* world size */
-    int local_rank;   /* rank among the processes sharing this node */
+    int rank;       /* world rank */
+    int size;       /* world size */
+    int local_rank; /* rank among the processes sharing this node */
     int local_size;
     char host[256];
     int thread_level; /* MPI thread level granted (0 single .. 3 multiple) */

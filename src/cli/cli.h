@@ -14,8 +14,8 @@ enum {
 typedef struct cli_command {
     const char *name;
     const char *summary;
-    const char *usage;                /* "tidal info [options]" */
-    const tdl_param_def_t *params;    /* this command's own parameters */
+    const char *usage;             /* "tidal info [options]" */
+    const tdl_param_def_t *params; /* this command's own parameters */
     size_t nparams;
     /* Runs with the registry filled in; positional arguments follow the command name. */
     int (*run)(tdl_params_t *params, int npos, char **pos);

@@ -10,8 +10,7 @@
 
 static const tdl_param_def_t global_params[] = {
     {"config", TDL_PARAM_STRING, NULL,
-     "config file of 'name = value' lines (parameters below, without the leading --)", NULL, 1,
-     0},
+     "config file of 'name = value' lines (parameters below, without the leading --)", NULL, 1, 0},
     {"log-level", TDL_PARAM_ENUM, "warn", "how much to log on stderr",
      "error|warn|info|debug|trace", 1, 0},
 };

@@ -17,20 +17,20 @@ extern "C" {
 
 typedef enum {
     TDL_OK = 0,
-    TDL_ERR_INVALID_ARG,  /* a caller or user gave a value that is not allowed */
-    TDL_ERR_NOMEM,        /* an allocation failed */
-    TDL_ERR_IO,           /* a file or socket operation failed */
-    TDL_ERR_NOT_FOUND,    /* a named thing (file, parameter, dataset) does not exist */
-    TDL_ERR_TIMEOUT,      /* a peer or operation did not answer within its time limit */
-    TDL_ERR_PEER,         /* a peer failed or closed its connection */
-    TDL_ERR_CORRUPT,      /* data failed a checksum or structural check */
-    TDL_ERR_MISMATCH,     /* data is well formed but does not fit (shape, version, config) */
-    TDL_ERR_UNSUPPORTED,  /* not available in this build or on this machine */
-    TDL_ERR_CANCELED,     /* the operation was cancelled before it finished */
-    TDL_ERR_MPI,          /* an MPI call failed */
-    TDL_ERR_UCX,          /* a UCX call failed */
-    TDL_ERR_CUDA,         /* a CUDA call failed */
-    TDL_ERR_INTERNAL,     /* a bug: an invariant of tidal itself does not hold */
+    TDL_ERR_INVALID_ARG, /* a caller or user gave a value that is not allowed */
+    TDL_ERR_NOMEM,       /* an allocation failed */
+    TDL_ERR_IO,          /* a file or socket operation failed */
+    TDL_ERR_NOT_FOUND,   /* a named thing (file, parameter, dataset) does not exist */
+    TDL_ERR_TIMEOUT,     /* a peer or operation did not answer within its time limit */
+    TDL_ERR_PEER,        /* a peer failed or closed its connection */
+    TDL_ERR_CORRUPT,     /* data failed a checksum or structural check */
+    TDL_ERR_MISMATCH,    /* data is well formed but does not fit (shape, version, config) */
+    TDL_ERR_UNSUPPORTED, /* not available in this build or on this machine */
+    TDL_ERR_CANCELED,    /* the operation was cancelled before it finished */
+    TDL_ERR_MPI,         /* an MPI call failed */
+    TDL_ERR_UCX,         /* a UCX call failed */
+    TDL_ERR_CUDA,        /* a CUDA call failed */
+    TDL_ERR_INTERNAL,    /* a bug: an invariant of tidal itself does not hold */
     TDL_STATUS_COUNT
 } tdl_status_t;
 
@@ -62,13 +62,14 @@ tdl_log_level_t tdl_log_get_level(void);
 /* Rank shown in every line's prefix; -1 (the default) shows no rank. */
 void tdl_log_set_rank(int rank);
 void tdl_log_set_stream(FILE *stream);
-void tdl_log_write(tdl_log_level_t level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void tdl_log_write(tdl_log_level_t level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 void tdl_log_vwrite(tdl_log_level_t level, const char *fmt, va_list ap);
 
-#define TDL_LOG_(lvl, ...)                                                                     \
-    do {                                                                                       \
-        if ((lvl) <= tdl_log_get_level())                                                      \
-            tdl_log_write((lvl), __VA_ARGS__);                                                 \
+#define TDL_LOG_(lvl, ...)                                                                         \
+    do {                                                                                           \
+        if ((lvl) <= tdl_log_get_level())                                                          \
+            tdl_log_write((lvl), __VA_ARGS__);                                                     \
     } while (0)
 #define TDL_ERROR(...) TDL_LOG_(TDL_LOG_ERROR, __VA_ARGS__)
 #define TDL_WARN(...)  TDL_LOG_(TDL_LOG_WARN, __VA_ARGS__)
@@ -99,12 +100,12 @@ typedef enum {
 } tdl_param_source_t;
 
 typedef struct tdl_param_def {
-    const char *name;       /* lower case, words joined by '-' */
+    const char *name; /* lower case, words joined by '-' */
     tdl_param_type_t type;
-    const char *def;        /* default as text; NULL for an unset string */
-    const char *help;       /* one line */
-    const char *choices;    /* TDL_PARAM_ENUM: "a|b|c" */
-    double min, max;        /* TDL_PARAM_INT/DOUBLE: inclusive range; min > max: unbounded */
+    const char *def;     /* default as text; NULL for an unset string */
+    const char *help;    /* one line */
+    const char *choices; /* TDL_PARAM_ENUM: "a|b|c" */
+    double min, max;     /* TDL_PARAM_INT/DOUBLE: inclusive range; min > max: unbounded */
 } tdl_param_def_t;
 
 typedef struct tdl_params tdl_params_t;
@@ -147,9 +148,9 @@ const char *tdl_param_source_name(tdl_param_source_t source);
 
 /* ---- clocks ------------------------------------------------------------------------------ */
 
-uint64_t tdl_clock_ns(void);     /* monotonic nanoseconds */
-double tdl_clock_s(void);        /* monotonic seconds */
-double tdl_clock_wall_s(void);   /* seconds since the epoch */
+uint64_t tdl_clock_ns(void);   /* monotonic nanoseconds */
+double tdl_clock_s(void);      /* monotonic seconds */
+double tdl_clock_wall_s(void); /* seconds since the epoch */
 
 /* ---- counter-based RNG: Philox4x32-10 ---------------------------------------------------- */
 
@@ -158,9 +159,9 @@ double tdl_clock_wall_s(void);   /* seconds since the epoch */
 typedef struct tdl_rng {
     uint64_t seed;
     uint64_t stream;
-    uint64_t pos;        /* number of 32-bit words drawn so far */
-    uint32_t block[4];   /* cached output of block pos / 4 */
-    uint64_t block_id;   /* which block is cached; UINT64_MAX when none */
+    uint64_t pos;      /* number of 32-bit words drawn so far */
+    uint32_t block[4]; /* cached output of block pos / 4 */
+    uint64_t block_id; /* which block is cached; UINT64_MAX when none */
 } tdl_rng_t;
 
 void tdl_philox4x32_10(const uint32_t counter[4], const uint32_t key[2], uint32_t out[4]);
@@ -168,9 +169,9 @@ void tdl_rng_init(tdl_rng_t *rng, uint64_t seed, uint64_t stream);
 void tdl_rng_seek(tdl_rng_t *rng, uint64_t pos);
 uint32_t tdl_rng_u32(tdl_rng_t *rng);
 uint64_t tdl_rng_u64(tdl_rng_t *rng);
-float tdl_rng_uniform(tdl_rng_t *rng);       /* [0, 1), 24 random bits */
-double tdl_rng_uniform_f64(tdl_rng_t *rng);  /* [0, 1), 53 random bits */
-float tdl_rng_normal(tdl_rng_t *rng);        /* standard normal, Box-Muller, 2 words */
+float tdl_rng_uniform(tdl_rng_t *rng);      /* [0, 1), 24 random bits */
+double tdl_rng_uniform_f64(tdl_rng_t *rng); /* [0, 1), 53 random bits */
+float tdl_rng_normal(tdl_rng_t *rng);       /* standard normal, Box-Muller, 2 words */
 /* Uniform integer in [0, n) without modulo bias; n >= 1. */
 uint64_t tdl_rng_below(tdl_rng_t *rng, uint64_t n);
 void tdl_rng_fill_normal(tdl_rng_t *rng, float *out, size_t n);
@@ -178,8 +179,8 @@ void tdl_rng_fill_normal(tdl_rng_t *rng, float *out, size_t n);
 /* ---- small helpers ----------------------------------------------------------------------- */
 
 #define TDL_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-#define TDL_MIN(a, b) ((a) < (b) ? (a) : (b))
-#define TDL_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define TDL_MIN(a, b)     ((a) < (b) ? (a) : (b))
+#define TDL_MAX(a, b)     ((a) > (b) ? (a) : (b))
 
 /* The version string of the library ("0.1.0") and its build options. */
 const char *tdl_version(void);

@@ -16,9 +16,9 @@ extern char **environ;
 typedef struct param_value {
     const tdl_param_def_t *def;
     tdl_param_source_t source;
-    char *text;        /* NULL: unset string */
-    int64_t i;         /* INT, BOOL */
-    double d;          /* DOUBLE */
+    char *text; /* NULL: unset string */
+    int64_t i;  /* INT, BOOL */
+    double d;   /* DOUBLE */
 } param_value_t;
 
 struct tdl_params {
@@ -110,8 +110,8 @@ static tdl_status_t param_parse(const tdl_param_def_t *def, const char *text, co
             out->i = 0;
         } else {
             return tdl_error_raise(TDL_ERR_INVALID_ARG,
-                                   "invalid value '%s' for %s (--%s): expected true or false",
-                                   text, origin, def->name);
+                                   "invalid value '%s' for %s (--%s): expected true or false", text,
+                                   origin, def->name);
         }
         return TDL_OK;
     case TDL_PARAM_INT: {
@@ -122,9 +122,21 @@ static tdl_status_t param_parse(const tdl_param_def_t *def, const char *text, co
         /* Sizes may carry a binary suffix: 64k, 16M, 2G. */
         if (end != text && *end && !end[1]) {
             switch (*end) {
-            case 'k': case 'K': mult = 1ll << 10; end++; break;
-            case 'm': case 'M': mult = 1ll << 20; end++; break;
-            case 'g': case 'G': mult = 1ll << 30; end++; break;
+            case 'k':
+            case 'K':
+                mult = 1ll << 10;
+                end++;
+                break;
+            case 'm':
+            case 'M':
+                mult = 1ll << 20;
+                end++;
+                break;
+            case 'g':
+            case 'G':
+                mult = 1ll << 30;
+                end++;
+                break;
             default: break;
             }
         }
@@ -166,8 +178,7 @@ static tdl_status_t param_parse(const tdl_param_def_t *def, const char *text, co
                                    origin, def->name, def->choices);
         }
         return TDL_OK;
-    case TDL_PARAM_STRING:
-        return TDL_OK;
+    case TDL_PARAM_STRING: return TDL_OK;
     }
     return tdl_error_raise(TDL_ERR_INTERNAL, "parameter --%s has an unknown type", def->name);
 }
@@ -192,8 +203,8 @@ tdl_status_t tdl_params_register(tdl_params_t *params, const tdl_param_def_t *de
         if (def->def) {
             tdl_status_t st = param_parse(def, def->def, "default", &v);
             if (st != TDL_OK)
-                return tdl_error_raise(TDL_ERR_INTERNAL, "bad default for --%s: %s",
-                                       def->name, tdl_error_get());
+                return tdl_error_raise(TDL_ERR_INTERNAL, "bad default for --%s: %s", def->name,
+                                       tdl_error_get());
             v.text = strdup(def->def);
             if (!v.text)
                 return tdl_error_raise(TDL_ERR_NOMEM, "cannot store parameter --%s", def->name);
@@ -258,8 +269,8 @@ tdl_status_t tdl_params_load_env(tdl_params_t *params)
             known = strlen(envname) == len && strncmp(envname, *e, len) == 0;
         }
         if (!known)
-            TDL_DEBUG("ignoring environment variable %.*s: no parameter of that name",
-                      (int)len, *e);
+            TDL_DEBUG("ignoring environment variable %.*s: no parameter of that name", (int)len,
+                      *e);
     }
     return TDL_OK;
 }
@@ -288,8 +299,8 @@ tdl_status_t tdl_params_load_file(tdl_params_t *params, const char *path)
         lineno++;
         snprintf(where, sizeof(where), "%s:%d", path, lineno);
         if (!strchr(line, '\n') && !feof(f)) {
-            st = tdl_error_raise(TDL_ERR_INVALID_ARG, "%s: line longer than %zu characters",
-                                 where, sizeof(line) - 2);
+            st = tdl_error_raise(TDL_ERR_INVALID_ARG, "%s: line longer than %zu characters", where,
+                                 sizeof(line) - 2);
             goto out;
         }
         char *hash = strchr(line, '#');
@@ -308,8 +319,8 @@ tdl_status_t tdl_params_load_file(tdl_params_t *params, const char *path)
         if (!*s)
             continue;
         if (!eq || eq >= s + strlen(s)) {
-            st = tdl_error_raise(TDL_ERR_INVALID_ARG,
-                                 "%s: expected 'name = value', found '%s'", where, s);
+            st = tdl_error_raise(TDL_ERR_INVALID_ARG, "%s: expected 'name = value', found '%s'",
+                                 where, s);
             goto out;
         }
         *eq = '\0';

@@ -58,8 +58,8 @@ int main(void)
     ok(tdl_params_register(p, defs, 1) == TDL_ERR_INTERNAL, "registering a name twice is a bug");
 
     /* command-line forms */
-    char *argv1[] = {"--steps", "7", "--lr=0.5", "img", "--no-ema", "--policy", "srtf",
-                     "--buffer=2M", "--", "--steps"};
+    char *argv1[] = {"--steps",  "7",    "--lr=0.5",    "img", "--no-ema",
+                     "--policy", "srtf", "--buffer=2M", "--",  "--steps"};
     is_int(parse(p, 10, argv1, &npos, pos), TDL_OK, "parse --a b, --a=b, --no-flag, --");
     is_int(tdl_param_int(p, "steps"), 7, "--steps 7");
     is_near(tdl_param_double(p, "lr"), 0.5, 0, "--lr=0.5");
@@ -76,18 +76,22 @@ int main(void)
         char *argv[2];
         const char *needle;
     } bad[] = {
-        {{"--steps", "ten"}, "'ten'"},          {{"--steps", "0"}, "[1, 1000000000]"},
-        {{"--steps", "12abc"}, "--steps"},      {{"--lr", "2"}, "--lr"},
-        {{"--lr", "nan"}, "finite"},            {{"--ema=maybe", "x"}, "true or false"},
-        {{"--policy", "lifo"}, "fcfs|srtf"},    {{"--bogus", "1"}, "'--bogus'"},
+        {{"--steps", "ten"}, "'ten'"},
+        {{"--steps", "0"}, "[1, 1000000000]"},
+        {{"--steps", "12abc"}, "--steps"},
+        {{"--lr", "2"}, "--lr"},
+        {{"--lr", "nan"}, "finite"},
+        {{"--ema=maybe", "x"}, "true or false"},
+        {{"--policy", "lifo"}, "fcfs|srtf"},
+        {{"--bogus", "1"}, "'--bogus'"},
         {{"--steps", "99999999999999999999"}, "integer"},
     };
     for (size_t i = 0; i < TDL_ARRAY_SIZE(bad); i++) {
         p = fresh();
         tdl_error_clear();
         tdl_status_t st = parse(p, 2, bad[i].argv, &npos, pos);
-        ok(st != TDL_OK && strstr(tdl_error_get(), bad[i].needle),
-           "%s %s refused: %s", bad[i].argv[0], bad[i].argv[1], tdl_error_get());
+        ok(st != TDL_OK && strstr(tdl_error_get(), bad[i].needle), "%s %s refused: %s",
+           bad[i].argv[0], bad[i].argv[1], tdl_error_get());
         is_int(tdl_param_int(p, "steps"), 100, "  and --steps keeps its value");
         tdl_params_destroy(p);
     }
@@ -144,8 +148,7 @@ int main(void)
     /* a bad config line names the file and line */
     write_config("steps = 5\nthis line has no equals sign\n");
     p = fresh();
-    ok(tdl_params_load_file(p, cfg_path) == TDL_ERR_INVALID_ARG &&
-           strstr(tdl_error_get(), ":2:"),
+    ok(tdl_params_load_file(p, cfg_path) == TDL_ERR_INVALID_ARG && strstr(tdl_error_get(), ":2:"),
        "malformed config line names file:line: %s", tdl_error_get());
     tdl_params_destroy(p);
     write_config("stepz = 5\n");

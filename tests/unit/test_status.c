@@ -47,8 +47,8 @@ int main(void)
     fclose(f);
     ok(r1 && strncmp(l1, "tidal[3] ", 9) == 0 && strstr(l1, " info: hello 42\n"),
        "info line has rank prefix and level: %s", l1);
-    ok(r2 && strncmp(l2, "tidal ", 6) == 0 && strstr(l2, " warn: no rank"),
-       "rank-less line: %s", l2);
+    ok(r2 && strncmp(l2, "tidal ", 6) == 0 && strstr(l2, " warn: no rank"), "rank-less line: %s",
+       l2);
     ok(!r3, "debug line was filtered at level info");
 
     ok(tdl_clock_ns() > 0 && tdl_clock_wall_s() > 1.5e9, "clocks read");
