@@ -74,17 +74,7 @@ tdl_status_t tdl_boot_finalize(void)
     return boot_check(MPI_Finalize(), "MPI_Finalize");
 }
 
-void tdl_boot_blobs_free(tdl_boot_blobs_t *blobs)
-{
-    if (!blobs)
-        return;
-    free(blobs->len);
-    free(blobs->off);
-    free(blobs->data);
-    memset(blobs, 0, sizeof(*blobs));
-}
-
-tdl_status_t tdl_boot_allgatherv(const void *mine, size_t len, tdl_boot_blobs_t *blobs_out)
+tdl_status_t tdl_boot_allgatherv(const void *mine, size_t len, tdl_blobs_t *blobs_out)
 {
     int size;
     MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -94,7 +84,7 @@ tdl_status_t tdl_boot_allgatherv(const void *mine, size_t len, tdl_boot_blobs_t 
     tdl_status_t st = TDL_OK;
     int *counts = calloc((size_t)size, sizeof(int));
     int *displs = calloc((size_t)size, sizeof(int));
-    tdl_boot_blobs_t b = {.count = size};
+    tdl_blobs_t b = {.count = size};
     b.len = calloc((size_t)size, sizeof(size_t));
     b.off = calloc((size_t)size, sizeof(size_t));
     if (!counts || !displs || !b.len || !b.off) {
@@ -132,7 +122,7 @@ tdl_status_t tdl_boot_allgatherv(const void *mine, size_t len, tdl_boot_blobs_t 
     *blobs_out = b;
     return TDL_OK;
 err:
-    tdl_boot_blobs_free(&b);
+    tdl_blobs_free(&b);
     free(displs);
     free(counts);
     return st;

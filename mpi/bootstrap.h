@@ -21,22 +21,13 @@ typedef struct tdl_boot_info {
     int thread_level; /* MPI thread level granted (0 single .. 3 multiple) */
 } tdl_boot_info_t;
 
-/* One buffer holding every rank's bytes: rank r's are data[off[r] .. off[r] + len[r]). */
-typedef struct tdl_boot_blobs {
-    int count;
-    size_t *len;
-    size_t *off;
-    unsigned char *data;
-} tdl_boot_blobs_t;
-
 /* Starts MPI (MPI_Init_thread, asking for MPI_THREAD_MULTIPLE) unless it is already started. */
 tdl_status_t tdl_boot_init(int *argc, char ***argv, tdl_boot_info_t *info_out);
 /* Finalizes MPI if tdl_boot_init started it. */
 tdl_status_t tdl_boot_finalize(void);
 bool tdl_boot_initialized(void);
 /* Collective over the world: every rank contributes `len` bytes (lengths may differ). */
-tdl_status_t tdl_boot_allgatherv(const void *mine, size_t len, tdl_boot_blobs_t *blobs_out);
-void tdl_boot_blobs_free(tdl_boot_blobs_t *blobs);
+tdl_status_t tdl_boot_allgatherv(const void *mine, size_t len, tdl_blobs_t *blobs_out);
 tdl_status_t tdl_boot_barrier(void);
 /* Sums an int64 across the world: for exit codes and test verdicts. */
 tdl_status_t tdl_boot_allreduce_sum_i64(int64_t *value);

@@ -51,7 +51,7 @@ static int info_run(tdl_params_t *params, int npos, char **pos)
     size_t len = n < 0 ? 0 : TDL_MIN((size_t)n, sizeof(line) - 1);
 
     /* Rank 0 prints every line in rank order, so the output does not interleave. */
-    tdl_boot_blobs_t all;
+    tdl_blobs_t all;
     st = tdl_boot_allgatherv(line, len, &all);
     if (st != TDL_OK) {
         fprintf(stderr, "tidal[%d]: %s\n", me.rank, tdl_error_get());
@@ -63,7 +63,7 @@ static int info_run(tdl_params_t *params, int npos, char **pos)
             printf("%.*s\n", (int)all.len[r], (const char *)all.data + all.off[r]);
         fflush(stdout);
     }
-    tdl_boot_blobs_free(&all);
+    tdl_blobs_free(&all);
     tdl_boot_finalize();
     return CLI_EXIT_OK;
 }

@@ -176,6 +176,27 @@ float tdl_rng_normal(tdl_rng_t *rng);       /* standard normal, Box-Muller, 2 wo
 uint64_t tdl_rng_below(tdl_rng_t *rng, uint64_t n);
 void tdl_rng_fill_normal(tdl_rng_t *rng, float *out, size_t n);
 
+/* ---- byte strings from every rank ------------------------------------------------------- */
+
+/* One buffer holding every rank's bytes: rank r's are data[off[r] .. off[r] + len[r]). Filled by
+ * the MPI bootstrap's all-gather and read by gfc at start-up. */
+typedef struct tdl_blobs {
+    int count;
+    size_t *len;
+    size_t *off;
+    unsigned char *data;
+} tdl_blobs_t;
+
+void tdl_blobs_free(tdl_blobs_t *blobs);
+
+/* ---- half precision ---------------------------------------------------------------------- */
+
+/* Round-to-nearest-even conversions; NaN stays NaN, overflow goes to Inf. */
+uint16_t tdl_bf16_from_f32(float x);
+float tdl_bf16_to_f32(uint16_t h);
+uint16_t tdl_f16_from_f32(float x);
+float tdl_f16_to_f32(uint16_t h);
+
 /* ---- small helpers ----------------------------------------------------------------------- */
 
 #define TDL_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))

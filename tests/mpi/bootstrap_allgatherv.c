@@ -24,7 +24,7 @@ int main(int argc, char **argv)
     unsigned char *mine = malloc(len + 1);
     for (size_t i = 0; i < len; i++)
         mine[i] = (unsigned char)((me.rank * 31 + (int)i) & 0xff);
-    tdl_boot_blobs_t all;
+    tdl_blobs_t all;
     int64_t bad = 0;
     if (tdl_boot_allgatherv(mine, len, &all) != TDL_OK) {
         fprintf(stderr, "rank %d: %s\n", me.rank, tdl_error_get());
@@ -36,7 +36,7 @@ int main(int argc, char **argv)
             for (size_t i = 0; i < all.len[r] && !bad; i++)
                 bad += all.data[all.off[r] + i] != (unsigned char)((r * 31 + (int)i) & 0xff);
         }
-        tdl_boot_blobs_free(&all);
+        tdl_blobs_free(&all);
     }
     if (me.local_rank < 0 || me.local_rank >= me.local_size || me.local_size > me.size)
         bad++;

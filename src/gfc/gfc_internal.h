@@ -1,0 +1,155 @@
+/* gfc internals shared by the runtime and the algorithm files; not installed. */
+#ifndef TIDAL_GFC_INTERNAL_H
+#define TIDAL_GFC_INTERNAL_H
+
+#include <ucp/api/ucp.h>
+
+#include "gfc/gfc.h"
+
+/* Most chunks a ring pipelines per block: keeps (round, chunk) inside a 32-bit step id. */
+#define GFC_MAX_CHUNKS 64
+
+struct gfc_runtime {
+    gfc_runtime_config_t config;
+    int rank, size;
+    ucp_context_h context;
+    ucp_worker_h worker;
+    ucp_ep_h *eps;               /* [size], created on first use */
+    tdl_blobs_t addrs;           /* every rank's worker address */
+    ucs_status_t *peer_status;   /* [size]: UCS_OK, or why the peer failed */
+    size_t endpoints;
+    size_t requests_live;
+    size_t ucx_requests_live;
+    uint64_t collectives;
+    uint64_t bytes_sent;
+};
+
+/* One UCX send or receive of a request. */
+typedef struct gfc_xfer {
+    void *ucx;          /* UCX request, NULL once complete */
+    int peer;           /* world rank */
+    bool recv;
+    bool done;
+    ucs_status_t status;
+    size_t bytes;       /* receives: bytes that arrived */
+    int slot;           /* algorithm's own index (chunk), -1 when unused */
+} gfc_xfer_t;
+
+typedef tdl_status_t (*gfc_progress_fn_t)(gfc_request_t *req);
+
+struct gfc_request {
+    gfc_runtime_t *rt;
+    const char *name;         /* "allreduce/ring": for errors */
+    gfc_group_t group;        /* copy of the group value at start */
+    uint64_t seq;             /* the collective's sequence number */
+    uint64_t tag_base;
+    gfc_progress_fn_t progress;
+    void (*cleanup)(gfc_request_t *req);
+    bool finished;
+    tdl_status_t status;
+    char error[512];
+    gfc_xfer_t *xfers;
+    int nxfers, cap_xfers;
+    size_t received;          /* p2p receive: bytes that arrived */
+    void *state;              /* the algorithm's own state, freed with the request */
+    void *scratch;            /* scratch memory, freed with the request */
+    void *scratch2;
+};
+
+/* ---- runtime services for algorithms ---------------------------------------------------- */
+
+/* A new collective on g: takes the next sequence number and derives its tags. The algorithm's
+ * state of state_size bytes is zeroed. */
+tdl_status_t gfc_request_create(gfc_group_t *g, const char *name, gfc_progress_fn_t progress,
+                                size_t state_size, gfc_request_t **req_out);
+/* A request that is already complete (size-1 groups, zero counts). */
+tdl_status_t gfc_request_create_done(gfc_group_t *g, const char *name, gfc_request_t **req_out);
+/* A point-to-point request: its tags come from the user tag, not from a sequence number. */
+tdl_status_t gfc_p2p_request_create(gfc_group_t *g, const char *name, uint64_t tag,
+                                    gfc_request_t **req_out);
+/* Waits like gfc_request_wait but leaves the request to the caller. */
+tdl_status_t gfc_request_wait_keep(gfc_request_t *req);
+/* Tags: step ids are the algorithm's (round, chunk, phase) encoding; src is a world rank. */
+uint64_t gfc_tag(uint64_t tag_base, uint32_t step, int src_world);
+tdl_status_t gfc_post_send(gfc_request_t *req, int peer_index, uint32_t step, const void *buf,
+                           size_t bytes, int slot);
+tdl_status_t gfc_post_recv(gfc_request_t *req, int peer_index, uint32_t step, void *buf,
+                           size_t bytes, int slot);
+/* Checks every outstanding transfer. Calls on_done(req, xfer) for each one that finished since
+ * the last call (may be NULL), drops finished ones, and reports whether none is left. A failed
+ * transfer fails the request with an error naming the peer. */
+tdl_status_t gfc_xfers_poll(gfc_request_t *req,
+                            tdl_status_t (*on_done)(gfc_request_t *req, const gfc_xfer_t *x),
+                            bool *all_done);
+/* The world rank of group member i. */
+static inline int gfc_member(const gfc_request_t *req, int i)
+{
+    return req->group.ranks[i];
+}
+
+tdl_status_t gfc_ep_get(gfc_runtime_t *rt, int peer, ucp_ep_h *ep_out);
+tdl_status_t gfc_check_count(const char *what, size_t count, gfc_dtype_t dtype);
+
+/* Splits n elements into `parts` blocks that differ by at most one element. */
+static inline size_t gfc_block_offset(size_t n, int parts, int i)
+{
+    size_t base = n / (size_t)parts, extra = n % (size_t)parts;
+    return base * (size_t)i + ((size_t)i < extra ? (size_t)i : extra);
+}
+static inline size_t gfc_block_count(size_t n, int parts, int i)
+{
+    return gfc_block_offset(n, parts, i + 1) - gfc_block_offset(n, parts, i);
+}
+static inline int gfc_mod(int a, int n)
+{
+    return ((a % n) + n) % n;
+}
+
+/* Non-power-of-two groups in recursive algorithms: with p the largest power of two <= n and
+ * rem = n - p, member 2j (j < rem) hands its data to member 2j+1 and sits out; the others take
+ * part as virtual ranks 0..p-1. */
+typedef struct gfc_pof2 {
+    int p, rem;
+    int vrank;   /* -1: sits out */
+    int buddy;   /* group index of the partner in the fold, or -1 */
+} gfc_pof2_t;
+
+static inline gfc_pof2_t gfc_pof2_of(int n, int me)
+{
+    gfc_pof2_t f = {1, 0, -1, -1};
+    while (f.p * 2 <= n)
+        f.p *= 2;
+    f.rem = n - f.p;
+    if (me < 2 * f.rem) {
+        f.vrank = (me % 2) ? me / 2 : -1;
+        f.buddy = (me % 2) ? me - 1 : me + 1;
+    } else {
+        f.vrank = me - f.rem;
+    }
+    return f;
+}
+
+/* Group index of virtual rank v. */
+static inline int gfc_pof2_member(const gfc_pof2_t *f, int v)
+{
+    return v < f->rem ? 2 * v + 1 : v + f->rem;
+}
+
+/* ---- algorithm entry points (one file each) --------------------------------------------- */
+
+tdl_status_t gfc_allreduce_ring_start(gfc_group_t *g, void *buf, size_t count, gfc_dtype_t dtype,
+                                      gfc_redop_t op, const gfc_codec_t *codec,
+                                      gfc_request_t **req_out);
+tdl_status_t gfc_allreduce_butterfly_start(gfc_group_t *g, void *buf, size_t count,
+                                           gfc_dtype_t dtype, gfc_redop_t op,
+                                           const gfc_codec_t *codec, gfc_request_t **req_out);
+tdl_status_t gfc_allreduce_recursive_doubling_start(gfc_group_t *g, void *buf, size_t count,
+                                                    gfc_dtype_t dtype, gfc_redop_t op,
+                                                    gfc_request_t **req_out);
+/* Ring reduce-scatter over group-size blocks of buf, in place: member i ends holding the
+ * reduction of block (i + shift) mod size, copied to out (when not NULL) at the end. */
+tdl_status_t gfc_ring_reduce_scatter_start(gfc_group_t *g, const char *name, void *buf,
+                                           size_t count, gfc_dtype_t dtype, gfc_redop_t op,
+                                           int shift, void *out, gfc_request_t **req_out);
+
+#endif /* TIDAL_GFC_INTERNAL_H */

@@ -1,0 +1,397 @@
+/* Requests: the state machine of one operation, its UCX transfers, and the bounded wait. */
+#include "config.h"
+
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gfc/gfc_internal.h"
+
+uint64_t gfc_tag_base(uint64_t group_id, uint64_t seq);
+
+/* Tags of point-to-point messages live apart from collectives' sequence numbers. */
+#define GFC_P2P_SEQ_SALT 0x8000000000000000ull
+
+tdl_status_t gfc_request_create(gfc_group_t *g, const char *name, gfc_progress_fn_t progress,
+                                size_t state_size, gfc_request_t **req_out)
+{
+    gfc_request_t *req = calloc(1, sizeof(*req));
+    void *state = state_size ? calloc(1, state_size) : NULL;
+    if (!req || (state_size && !state)) {
+        free(req);
+        free(state);
+        return tdl_error_raise(TDL_ERR_NOMEM, "gfc %s: out of memory", name);
+    }
+    req->rt = g->rt;
+    req->name = name;
+    req->group = *g;
+    req->progress = progress;
+    req->state = state;
+    if (progress) {
+        req->seq = g->seq++;
+        req->tag_base = gfc_tag_base(g->id, req->seq);
+        g->rt->collectives++;
+    }
+    g->rt->requests_live++;
+    *req_out = req;
+    return TDL_OK;
+}
+
+tdl_status_t gfc_request_create_done(gfc_group_t *g, const char *name, gfc_request_t **req_out)
+{
+    tdl_status_t st = gfc_request_create(g, name, NULL, 0, req_out);
+    if (st == TDL_OK) {
+        /* Keeps sequence numbers aligned with members that do send. */
+        (*req_out)->seq = g->seq++;
+        (*req_out)->finished = true;
+    }
+    return st;
+}
+
+tdl_status_t gfc_p2p_request_create(gfc_group_t *g, const char *name, uint64_t tag,
+                                    gfc_request_t **req_out)
+{
+    tdl_status_t st = gfc_request_create(g, name, NULL, 0, req_out);
+    if (st == TDL_OK)
+        (*req_out)->tag_base = gfc_tag_base(g->id, GFC_P2P_SEQ_SALT ^ tag);
+    return st;
+}
+
+static tdl_status_t xfer_slot(gfc_request_t *req, gfc_xfer_t **x_out)
+{
+    if (req->nxfers == req->cap_xfers) {
+        int cap = req->cap_xfers ? 2 * req->cap_xfers : 8;
+        gfc_xfer_t *x = realloc(req->xfers, (size_t)cap * sizeof(*x));
+        if (!x)
+            return tdl_error_raise(TDL_ERR_NOMEM, "gfc %s: out of memory", req->name);
+        req->xfers = x;
+        req->cap_xfers = cap;
+    }
+    gfc_xfer_t *x = &req->xfers[req->nxfers++];
+    memset(x, 0, sizeof(*x));
+    *x_out = x;
+    return TDL_OK;
+}
+
+tdl_status_t gfc_post_send(gfc_request_t *req, int peer_index, uint32_t step, const void *buf,
+                           size_t bytes, int slot)
+{
+    gfc_runtime_t *rt = req->rt;
+    int peer = gfc_member(req, peer_index);
+    ucp_ep_h ep;
+    tdl_status_t st = gfc_ep_get(rt, peer, &ep);
+    if (st != TDL_OK)
+        return st;
+    gfc_xfer_t *x;
+    if ((st = xfer_slot(req, &x)) != TDL_OK)
+        return st;
+    x->peer = peer;
+    x->slot = slot;
+    ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE,
+                               .datatype = ucp_dt_make_contig(1)};
+    void *r = ucp_tag_send_nbx(ep, buf, bytes, gfc_tag(req->tag_base, step, rt->rank), &prm);
+    rt->bytes_sent += bytes;
+    if (r == NULL) {
+        x->done = true;
+        x->status = UCS_OK;
+    } else if (UCS_PTR_IS_ERR(r)) {
+        x->done = true;
+        x->status = UCS_PTR_STATUS(r);
+    } else {
+        x->ucx = r;
+        rt->ucx_requests_live++;
+    }
+    return TDL_OK;
+}
+
+tdl_status_t gfc_post_recv(gfc_request_t *req, int peer_index, uint32_t step, void *buf,
+                           size_t bytes, int slot)
+{
+    gfc_runtime_t *rt = req->rt;
+    int peer = gfc_member(req, peer_index);
+    gfc_xfer_t *x;
+    tdl_status_t st = xfer_slot(req, &x);
+    if (st != TDL_OK)
+        return st;
+    x->peer = peer;
+    x->recv = true;
+    x->slot = slot;
+    ucp_tag_recv_info_t info = {0};
+    ucp_request_param_t prm = {.op_attr_mask =
+                                   UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_RECV_INFO,
+                               .datatype = ucp_dt_make_contig(1),
+                               .recv_info.tag_info = &info};
+    void *r = ucp_tag_recv_nbx(rt->worker, buf, bytes, gfc_tag(req->tag_base, step, peer),
+                               (ucp_tag_t)-1, &prm);
+    if (r == NULL) {
+        x->done = true;
+        x->status = UCS_OK;
+        x->bytes = info.length;
+    } else if (UCS_PTR_IS_ERR(r)) {
+        x->done = true;
+        x->status = UCS_PTR_STATUS(r);
+    } else {
+        x->ucx = r;
+        rt->ucx_requests_live++;
+    }
+    return TDL_OK;
+}
+
+static void request_fail(gfc_request_t *req, tdl_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void request_fail(gfc_request_t *req, tdl_status_t st, const char *fmt, ...)
+{
+    if (req->finished && req->status != TDL_OK)
+        return;
+    char detail[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof(detail), fmt, ap);
+    va_end(ap);
+    snprintf(req->error, sizeof(req->error), "gfc %s (group of %d, ns %llu, seq %llu): %s",
+             req->name, req->group.size, (unsigned long long)req->group.ns,
+             (unsigned long long)req->seq, detail);
+    req->status = st;
+    req->finished = true;
+}
+
+static void xfer_release(gfc_runtime_t *rt, gfc_xfer_t *x)
+{
+    if (x->ucx) {
+        ucp_request_free(x->ucx);
+        x->ucx = NULL;
+        rt->ucx_requests_live--;
+    }
+}
+
+tdl_status_t gfc_xfers_poll(gfc_request_t *req,
+                            tdl_status_t (*on_done)(gfc_request_t *req, const gfc_xfer_t *x),
+                            bool *all_done)
+{
+    gfc_runtime_t *rt = req->rt;
+    int n = req->nxfers, kept = 0;
+    tdl_status_t st = TDL_OK;
+    /* on_done may post new transfers: they are appended after n (the array may move) and
+     * looked at on the next call. */
+    for (int i = 0; i < n; i++) {
+        gfc_xfer_t x = req->xfers[i];
+        if (!x.done && st == TDL_OK) {
+            ucs_status_t s;
+            if (x.recv) {
+                ucp_tag_recv_info_t info = {0};
+                s = ucp_tag_recv_request_test(x.ucx, &info);
+                x.bytes = info.length;
+            } else {
+                s = ucp_request_check_status(x.ucx);
+            }
+            if (s != UCS_INPROGRESS) {
+                x.done = true;
+                x.status = s;
+                xfer_release(rt, &x);
+            }
+        }
+        if (x.done && st == TDL_OK) {
+            if (x.status != UCS_OK) {
+                bool truncated = x.status == UCS_ERR_MESSAGE_TRUNCATED;
+                st = truncated ? TDL_ERR_INVALID_ARG : TDL_ERR_PEER;
+                request_fail(req, st, "%s rank %d failed: %s", x.recv ? "receive from" : "send to",
+                             x.peer, ucs_status_string(x.status));
+            } else if (on_done && (st = on_done(req, &x)) != TDL_OK) {
+                request_fail(req, st, "%s", tdl_error_get());
+            }
+            continue; /* dropped */
+        }
+        req->xfers[kept++] = x;
+    }
+    int appended = req->nxfers - n;
+    if (appended > 0 && kept != n)
+        memmove(&req->xfers[kept], &req->xfers[n], (size_t)appended * sizeof(gfc_xfer_t));
+    req->nxfers = kept + appended;
+    *all_done = req->nxfers == 0;
+    return st;
+}
+
+/* Cancels and releases every outstanding transfer (after a failure or on free). */
+static void request_cancel_all(gfc_request_t *req)
+{
+    gfc_runtime_t *rt = req->rt;
+    for (int i = 0; i < req->nxfers; i++) {
+        gfc_xfer_t *x = &req->xfers[i];
+        if (!x->ucx)
+            continue;
+        ucp_request_cancel(rt->worker, x->ucx);
+    }
+    /* Cancelled requests complete through progress; bounded so a wedged transport cannot hang. */
+    uint64_t deadline = tdl_clock_ns() + 1000000000ull;
+    for (int i = 0; i < req->nxfers; i++) {
+        gfc_xfer_t *x = &req->xfers[i];
+        while (x->ucx && ucp_request_check_status(x->ucx) == UCS_INPROGRESS &&
+               tdl_clock_ns() < deadline)
+            ucp_worker_progress(rt->worker);
+        xfer_release(rt, x);
+    }
+    req->nxfers = 0;
+}
+
+static tdl_status_t p2p_done(gfc_request_t *req, const gfc_xfer_t *x)
+{
+    if (x->recv)
+        req->received = x->bytes;
+    return TDL_OK;
+}
+
+static tdl_status_t request_step(gfc_request_t *req)
+{
+    if (req->finished)
+        return req->status;
+    tdl_status_t st = req->progress ? req->progress(req) : TDL_OK;
+    if (!req->progress) {
+        bool all;
+        st = gfc_xfers_poll(req, p2p_done, &all);
+        if (st == TDL_OK && all)
+            req->finished = true;
+    }
+    if (st != TDL_OK) {
+        if (!req->finished || req->status == TDL_OK)
+            request_fail(req, st, "%s", tdl_error_get());
+        request_cancel_all(req);
+    }
+    return req->finished ? req->status : TDL_OK;
+}
+
+tdl_status_t gfc_request_test(gfc_request_t *req, bool *done)
+{
+    ucp_worker_progress(req->rt->worker);
+    tdl_status_t st = request_step(req);
+    *done = req->finished;
+    if (req->finished && st != TDL_OK)
+        tdl_error_set("%s", req->error);
+    return st;
+}
+
+/* Names the ranks that outstanding transfers wait on. */
+static void request_silent_ranks(gfc_request_t *req, char *buf, size_t size)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < req->nxfers && used < size; i++) {
+        gfc_xfer_t *x = &req->xfers[i];
+        if (x->done)
+            continue;
+        bool seen = false;
+        for (int j = 0; j < i; j++)
+            seen |= !req->xfers[j].done && req->xfers[j].peer == x->peer;
+        if (seen)
+            continue;
+        int n = snprintf(buf + used, size - used, "%s%d", used ? ", " : "", x->peer);
+        used += n > 0 ? (size_t)n : 0;
+    }
+}
+
+static tdl_status_t request_wait_one(gfc_request_t *req, uint64_t deadline)
+{
+    gfc_runtime_t *rt = req->rt;
+    unsigned idle = 0;
+    while (!req->finished) {
+        unsigned events = ucp_worker_progress(rt->worker);
+        request_step(req);
+        if (req->finished)
+            break;
+        if (events == 0 && ++idle > 64) {
+            /* Ranks outnumber cores under oversubscription: let the peer run. */
+            sched_yield();
+            idle = 0;
+        }
+        if (tdl_clock_ns() > deadline) {
+            char silent[256];
+            request_silent_ranks(req, silent, sizeof(silent));
+            request_fail(req, TDL_ERR_TIMEOUT, "no answer within %lld ms from rank%s %s",
+                         (long long)rt->config.timeout_ms, strchr(silent, ',') ? "s" : "",
+                         silent[0] ? silent : "(none pending)");
+            request_cancel_all(req);
+        }
+    }
+    return req->status;
+}
+
+tdl_status_t gfc_request_wait_keep(gfc_request_t *req)
+{
+    uint64_t deadline = tdl_clock_ns() + (uint64_t)req->rt->config.timeout_ms * 1000000ull;
+    tdl_status_t st = request_wait_one(req, deadline);
+    if (st != TDL_OK)
+        tdl_error_set("%s", req->error);
+    return st;
+}
+
+tdl_status_t gfc_request_wait(gfc_request_t *req)
+{
+    tdl_status_t st = gfc_request_wait_keep(req);
+    gfc_request_free(req);
+    return st;
+}
+
+tdl_status_t gfc_request_wait_all(gfc_request_t **reqs, size_t count)
+{
+    tdl_status_t first = TDL_OK;
+    char msg[512] = "";
+    if (count == 0)
+        return TDL_OK;
+    gfc_runtime_t *rt = reqs[0]->rt;
+    uint64_t deadline = tdl_clock_ns() + (uint64_t)rt->config.timeout_ms * 1000000ull;
+    /* Progress all together: collectives in flight may depend on each other's peers. */
+    bool pending = true;
+    unsigned idle = 0;
+    while (pending) {
+        pending = false;
+        unsigned events = ucp_worker_progress(rt->worker);
+        for (size_t i = 0; i < count; i++) {
+            if (!reqs[i]->finished)
+                request_step(reqs[i]);
+            pending |= !reqs[i]->finished;
+        }
+        if (events == 0 && ++idle > 64) {
+            sched_yield();
+            idle = 0;
+        }
+        if (pending && tdl_clock_ns() > deadline) {
+            for (size_t i = 0; i < count; i++)
+                if (!reqs[i]->finished)
+                    request_wait_one(reqs[i], 0);
+            pending = false;
+        }
+    }
+    for (size_t i = 0; i < count; i++) {
+        if (reqs[i]->status != TDL_OK && first == TDL_OK) {
+            first = reqs[i]->status;
+            snprintf(msg, sizeof(msg), "%s", reqs[i]->error);
+        }
+        gfc_request_free(reqs[i]);
+        reqs[i] = NULL;
+    }
+    if (first != TDL_OK)
+        tdl_error_set("%s", msg);
+    return first;
+}
+
+void gfc_request_free(gfc_request_t *req)
+{
+    if (!req)
+        return;
+    request_cancel_all(req);
+    if (req->cleanup)
+        req->cleanup(req);
+    req->rt->requests_live--;
+    free(req->xfers);
+    free(req->state);
+    free(req->scratch);
+    free(req->scratch2);
+    free(req);
+}
+
+size_t gfc_request_received_bytes(const gfc_request_t *req)
+{
+    return req->received;
+}

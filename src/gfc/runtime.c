@@ -1,0 +1,247 @@
+/* The gfc runtime: one UCX context and worker per process, every rank's worker address from a
+ * single start-up exchange, endpoints created on first use, and a polling progress engine. */
+#include "config.h"
+
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gfc/gfc_internal.h"
+
+const tdl_param_def_t gfc_params[] = {
+    {"gfc-timeout-ms", TDL_PARAM_INT, "60000",
+     "a collective or message not complete after this many ms fails, naming the silent ranks",
+     NULL, 1, 86400000},
+    {"gfc-allreduce", TDL_PARAM_ENUM, "auto", "all-reduce algorithm (auto: chosen by size)",
+     "auto|ring|butterfly|recursive_doubling", 1, 0},
+    {"gfc-small-msg", TDL_PARAM_INT, "16k",
+     "auto all-reduce uses recursive doubling up to this many bytes", NULL, 0, 1 << 30},
+    {"gfc-ring-chunk", TDL_PARAM_INT, "256k", "pipelining unit of the ring all-reduce, bytes",
+     NULL, 1024, 1 << 30},
+};
+const size_t gfc_nparams = TDL_ARRAY_SIZE(gfc_params);
+
+void gfc_runtime_config_default(gfc_runtime_config_t *config_out)
+{
+    gfc_runtime_config_t c = {0};
+    c.rank = 0;
+    c.size = 1;
+    c.timeout_ms = 60000;
+    c.allreduce_algo = GFC_ALLREDUCE_AUTO;
+    c.small_msg_bytes = 16 << 10;
+    c.ring_chunk_bytes = 256 << 10;
+    *config_out = c;
+}
+
+tdl_status_t gfc_runtime_config_from_params(const tdl_params_t *params,
+                                            gfc_runtime_config_t *config_out)
+{
+    gfc_runtime_config_t c;
+    gfc_runtime_config_default(&c);
+    c.timeout_ms = tdl_param_int(params, "gfc-timeout-ms");
+    tdl_status_t st = gfc_allreduce_algo_parse(tdl_param_str(params, "gfc-allreduce"),
+                                               &c.allreduce_algo);
+    if (st != TDL_OK)
+        return st;
+    c.small_msg_bytes = (size_t)tdl_param_int(params, "gfc-small-msg");
+    c.ring_chunk_bytes = (size_t)tdl_param_int(params, "gfc-ring-chunk");
+    *config_out = c;
+    return TDL_OK;
+}
+
+static tdl_status_t ucx_error(ucs_status_t s, const char *what)
+{
+    return tdl_error_raise(TDL_ERR_UCX, "%s: %s", what, ucs_status_string(s));
+}
+
+tdl_status_t gfc_runtime_create(const gfc_runtime_config_t *config, gfc_runtime_t **rt_out)
+{
+    if (config->size < 1 || config->rank < 0 || config->rank >= config->size)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "gfc: rank %d of world size %d is invalid",
+                               config->rank, config->size);
+    if (!config->allgather)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "gfc: no start-up exchange function given");
+    tdl_status_t st;
+    ucs_status_t us;
+    gfc_runtime_t *rt = calloc(1, sizeof(*rt));
+    if (!rt)
+        return tdl_error_raise(TDL_ERR_NOMEM, "gfc: cannot allocate the runtime");
+    rt->config = *config;
+    rt->rank = config->rank;
+    rt->size = config->size;
+    rt->eps = calloc((size_t)rt->size, sizeof(*rt->eps));
+    rt->peer_status = calloc((size_t)rt->size, sizeof(*rt->peer_status));
+    if (!rt->eps || !rt->peer_status) {
+        st = tdl_error_raise(TDL_ERR_NOMEM, "gfc: cannot allocate %d endpoints", rt->size);
+        goto err_free;
+    }
+
+    ucp_config_t *ucfg;
+    us = ucp_config_read(NULL, NULL, &ucfg);
+    if (us != UCS_OK) {
+        st = ucx_error(us, "ucp_config_read");
+        goto err_free;
+    }
+    ucp_params_t params = {
+        .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME,
+        .features = UCP_FEATURE_TAG,
+        .name = "tidal-gfc",
+    };
+    us = ucp_init(&params, ucfg, &rt->context);
+    ucp_config_release(ucfg);
+    if (us != UCS_OK) {
+        st = ucx_error(us, "ucp_init");
+        goto err_free;
+    }
+    ucp_worker_params_t wparams = {
+        .field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+        .thread_mode = UCS_THREAD_MODE_SINGLE,
+    };
+    us = ucp_worker_create(rt->context, &wparams, &rt->worker);
+    if (us != UCS_OK) {
+        st = ucx_error(us, "ucp_worker_create");
+        goto err_context;
+    }
+    ucp_address_t *addr;
+    size_t addr_len;
+    us = ucp_worker_get_address(rt->worker, &addr, &addr_len);
+    if (us != UCS_OK) {
+        st = ucx_error(us, "ucp_worker_get_address");
+        goto err_worker;
+    }
+    /* The one exchange: from here on gfc needs nothing from MPI. */
+    st = config->allgather(addr, addr_len, &rt->addrs);
+    ucp_worker_release_address(rt->worker, addr);
+    if (st != TDL_OK)
+        goto err_worker;
+    if (rt->addrs.count != rt->size) {
+        st = tdl_error_raise(TDL_ERR_INTERNAL, "gfc: start-up exchange returned %d addresses for "
+                                               "a world of %d",
+                             rt->addrs.count, rt->size);
+        goto err_addrs;
+    }
+    TDL_DEBUG("gfc: rank %d of %d ready, worker address %zu bytes", rt->rank, rt->size, addr_len);
+    *rt_out = rt;
+    return TDL_OK;
+
+err_addrs:
+    tdl_blobs_free(&rt->addrs);
+err_worker:
+    ucp_worker_destroy(rt->worker);
+err_context:
+    ucp_cleanup(rt->context);
+err_free:
+    free(rt->peer_status);
+    free(rt->eps);
+    free(rt);
+    return st;
+}
+
+/* Waits for a UCX operation to finish, bounded by the runtime timeout. */
+static ucs_status_t runtime_wait_ucx(gfc_runtime_t *rt, void *req)
+{
+    if (req == NULL)
+        return UCS_OK;
+    if (UCS_PTR_IS_ERR(req))
+        return UCS_PTR_STATUS(req);
+    uint64_t deadline = tdl_clock_ns() + (uint64_t)rt->config.timeout_ms * 1000000ull;
+    ucs_status_t s;
+    while ((s = ucp_request_check_status(req)) == UCS_INPROGRESS) {
+        if (!ucp_worker_progress(rt->worker))
+            sched_yield();
+        if (tdl_clock_ns() > deadline) {
+            ucp_request_cancel(rt->worker, req);
+            s = UCS_ERR_TIMED_OUT;
+            break;
+        }
+    }
+    ucp_request_free(req);
+    return s;
+}
+
+void gfc_runtime_destroy(gfc_runtime_t *rt)
+{
+    if (!rt)
+        return;
+    if (rt->requests_live)
+        TDL_WARN("gfc: destroying the runtime with %zu requests not freed", rt->requests_live);
+    ucp_request_param_t prm = {0};
+    ucs_status_t fs = runtime_wait_ucx(rt, ucp_worker_flush_nbx(rt->worker, &prm));
+    for (int r = 0; r < rt->size; r++) {
+        if (!rt->eps[r])
+            continue;
+        ucp_request_param_t cp = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS};
+        /* A failed peer or a failed flush cannot be flushed again: close without waiting. */
+        if (rt->peer_status[r] != UCS_OK || fs != UCS_OK)
+            cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+        runtime_wait_ucx(rt, ucp_ep_close_nbx(rt->eps[r], &cp));
+    }
+    ucp_worker_destroy(rt->worker);
+    ucp_cleanup(rt->context);
+    tdl_blobs_free(&rt->addrs);
+    free(rt->peer_status);
+    free(rt->eps);
+    free(rt);
+}
+
+int gfc_runtime_rank(const gfc_runtime_t *rt)
+{
+    return rt->rank;
+}
+
+int gfc_runtime_size(const gfc_runtime_t *rt)
+{
+    return rt->size;
+}
+
+void gfc_runtime_progress(gfc_runtime_t *rt)
+{
+    ucp_worker_progress(rt->worker);
+}
+
+void gfc_runtime_stats(const gfc_runtime_t *rt, gfc_stats_t *stats_out)
+{
+    gfc_stats_t s = {
+        .endpoints = rt->endpoints,
+        .requests_live = rt->requests_live,
+        .ucx_requests_live = rt->ucx_requests_live,
+        .collectives = rt->collectives,
+        .bytes_sent = rt->bytes_sent,
+    };
+    *stats_out = s;
+}
+
+static void runtime_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    gfc_runtime_t *rt = arg;
+    for (int r = 0; r < rt->size; r++) {
+        if (rt->eps[r] == ep) {
+            rt->peer_status[r] = status;
+            TDL_DEBUG("gfc: rank %d failed: %s", r, ucs_status_string(status));
+            return;
+        }
+    }
+}
+
+tdl_status_t gfc_ep_get(gfc_runtime_t *rt, int peer, ucp_ep_h *ep_out)
+{
+    if (rt->peer_status[peer] != UCS_OK)
+        return tdl_error_raise(TDL_ERR_PEER, "rank %d failed earlier (%s)", peer,
+                               ucs_status_string(rt->peer_status[peer]));
+    if (!rt->eps[peer]) {
+        ucp_ep_params_t ep = {
+            .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+                          UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER,
+            .address = (const ucp_address_t *)(rt->addrs.data + rt->addrs.off[peer]),
+            .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+            .err_handler = {.cb = runtime_ep_error, .arg = rt},
+        };
+        ucs_status_t s = ucp_ep_create(rt->worker, &ep, &rt->eps[peer]);
+        if (s != UCS_OK)
+            return tdl_error_raise(TDL_ERR_UCX, "cannot reach rank %d: ucp_ep_create: %s", peer,
+                                   ucs_status_string(s));
+        rt->endpoints++;
+    }
+    *ep_out = rt->eps[peer];
+    return TDL_OK;
+}
