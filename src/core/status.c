@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "core/core.h"
 
@@ -33,11 +34,19 @@ const char *tdl_status_str(tdl_status_t status)
 
 static _Thread_local char error_detail[1024];
 
+/* Formats through a copy: callers often wrap the previous detail ("...: %s", tdl_error_get()). */
+static void error_vset(const char *fmt, va_list ap)
+{
+    char tmp[sizeof(error_detail)];
+    vsnprintf(tmp, sizeof(tmp), fmt, ap);
+    memcpy(error_detail, tmp, sizeof(tmp));
+}
+
 void tdl_error_set(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(error_detail, sizeof(error_detail), fmt, ap);
+    error_vset(fmt, ap);
     va_end(ap);
 }
 
@@ -45,7 +54,7 @@ tdl_status_t tdl_error_raise(tdl_status_t status, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(error_detail, sizeof(error_detail), fmt, ap);
+    error_vset(fmt, ap);
     va_end(ap);
     return status;
 }

@@ -119,8 +119,11 @@ tdl_status_t gfc_post_recv(gfc_request_t *req, int peer_index, uint32_t step, vo
     x->recv = true;
     x->slot = slot;
     ucp_tag_recv_info_t info = {0};
-    ucp_request_param_t prm = {.op_attr_mask =
-                                   UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_RECV_INFO,
+    /* Recv info is read from the request when it completes: asking for immediate completion
+     * would leave the length unreported on some UCX versions. */
+    ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE |
+                                               UCP_OP_ATTR_FIELD_RECV_INFO |
+                                               UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
                                .datatype = ucp_dt_make_contig(1),
                                .recv_info.tag_info = &info};
     void *r = ucp_tag_recv_nbx(rt->worker, buf, bytes, gfc_tag(req->tag_base, step, peer),

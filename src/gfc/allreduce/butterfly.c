@@ -188,6 +188,8 @@ static tdl_status_t bf_progress(gfc_request_t *req)
             if ((st = bf_post_step(req, kind, req->received)) != TDL_OK)
                 return st;
         }
+        TDL_TRACE("butterfly seq %llu: v %d phase %d mask %d range [%d, %d)",
+                  (unsigned long long)req->seq, v, s->phase, s->mask, s->lo, s->hi);
         switch (s->phase) {
         case BF_FOLD:
             s->phase = BF_HALVE;
