@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "gfc/gfc.h"
 
 static const tdl_param_def_t global_params[] = {
     {"config", TDL_PARAM_STRING, NULL,
@@ -55,6 +56,8 @@ static void print_help(FILE *out)
 static tdl_status_t register_all(tdl_params_t *params, const cli_command_t *only)
 {
     tdl_status_t st = tdl_params_register(params, global_params, TDL_ARRAY_SIZE(global_params));
+    if (st == TDL_OK)
+        st = tdl_params_register(params, gfc_params, gfc_nparams);
     for (size_t i = 0; st == TDL_OK && i < TDL_ARRAY_SIZE(commands); i++) {
         if (!only || only == commands[i])
             st = tdl_params_register(params, commands[i]->params, commands[i]->nparams);
@@ -69,6 +72,12 @@ static int print_help_params(void)
         return CLI_EXIT_FAILURE;
     tdl_params_register(global, global_params, TDL_ARRAY_SIZE(global_params));
     printf("global parameters (every command):\n");
+    tdl_params_print_help(global, stdout);
+    tdl_params_destroy(global);
+    if (tdl_params_create(&global) != TDL_OK)
+        return CLI_EXIT_FAILURE;
+    tdl_params_register(global, gfc_params, gfc_nparams);
+    printf("\ngroup-free collectives (every command that communicates):\n");
     tdl_params_print_help(global, stdout);
     tdl_params_destroy(global);
     for (size_t i = 0; i < TDL_ARRAY_SIZE(commands); i++) {

@@ -17,6 +17,7 @@ check "--help-params exits 0" [ $rc = 0 ]
 case $out in *--log-level*TIDAL_LOG_LEVEL*) ok "--help-params lists log-level and its variable";;
     *) not_ok "--help-params";; esac
 
+case $out in *--gfc-timeout-ms*TIDAL_GFC_TIMEOUT_MS*) ok "--help-params lists gfc-timeout-ms";; *) not_ok "--help-params gfc";; esac
 out=`"$TIDAL" info --help`; rc=$?
 check "'info --help' exits 0" [ $rc = 0 ]
 
@@ -36,6 +37,8 @@ usage_error "unknown command" "'frobnicate'" frobnicate
 usage_error "unknown option first" "'--frob'" --frob
 usage_error "unknown option to info" "'--frob'" info --frob 1
 usage_error "bad log level" "'loud'" info --log-level loud
+usage_error "bad gfc timeout" "--gfc-timeout-ms" info --gfc-timeout-ms 0
+usage_error "bad gfc algorithm" "ring" info --gfc-allreduce fastest
 usage_error "missing value" "--log-level" info --log-level
 usage_error "stray argument" "'extra'" info extra
 usage_error "single-dash option" "'-x'" info -x
