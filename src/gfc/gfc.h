@@ -63,7 +63,7 @@ int gfc_runtime_size(const gfc_runtime_t *rt);
 void gfc_runtime_progress(gfc_runtime_t *rt);
 
 typedef struct gfc_stats {
-    size_t endpoints;          /* endpoints created so far (at most size - 1) */
+    size_t endpoints;          /* endpoints to other ranks created so far (<= size - 1) */
     size_t requests_live;      /* gfc requests allocated and not yet freed */
     size_t ucx_requests_live;  /* UCX requests not yet completed and released */
     uint64_t collectives;      /* collectives started */

@@ -45,6 +45,7 @@ tdl_status_t gfc_request_create_done(gfc_group_t *g, const char *name, gfc_reque
     if (st == TDL_OK) {
         /* Keeps sequence numbers aligned with members that do send. */
         (*req_out)->seq = g->seq++;
+        g->rt->collectives++;
         (*req_out)->finished = true;
     }
     return st;
@@ -227,8 +228,9 @@ static void request_cancel_all(gfc_request_t *req)
             continue;
         ucp_request_cancel(rt->worker, x->ucx);
     }
-    /* Cancelled requests complete through progress; bounded so a wedged transport cannot hang. */
-    uint64_t deadline = tdl_clock_ns() + 1000000000ull;
+    /* Cancelled requests complete through progress; bounded (0.1 s) so that a wedged
+     * transport cannot hang. */
+    uint64_t deadline = tdl_clock_ns() + 100000000ull;
     for (int i = 0; i < req->nxfers; i++) {
         gfc_xfer_t *x = &req->xfers[i];
         while (x->ucx && ucp_request_check_status(x->ucx) == UCS_INPROGRESS &&

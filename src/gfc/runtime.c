@@ -240,7 +240,9 @@ tdl_status_t gfc_ep_get(gfc_runtime_t *rt, int peer, ucp_ep_h *ep_out)
         if (s != UCS_OK)
             return tdl_error_raise(TDL_ERR_UCX, "cannot reach rank %d: ucp_ep_create: %s", peer,
                                    ucs_status_string(s));
-        rt->endpoints++;
+        /* A message to oneself goes through UCX's loopback transport: no network resource. */
+        if (peer != rt->rank)
+            rt->endpoints++;
     }
     *ep_out = rt->eps[peer];
     return TDL_OK;

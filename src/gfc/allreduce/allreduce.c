@@ -46,21 +46,21 @@ tdl_status_t gfc_allreduce_start(gfc_group_t *g, const void *send, void *recv, s
                                "gfc allreduce: codec %s needs f32 sum, not %s %s",
                                codec->ops->name, gfc_dtype_name(dtype), gfc_redop_name(op));
     size_t bytes = count * gfc_dtype_size(dtype);
+    gfc_allreduce_algo_t algo = allreduce_choose(g, bytes, asked, codec != NULL);
+    if (codec && algo == GFC_ALLREDUCE_RECURSIVE_DOUBLING)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                               "gfc allreduce: recursive doubling takes no codec; use ring or "
+                               "butterfly");
     if (bytes && recv != send)
         memmove(recv, send, bytes);
     if (g->size == 1 || count == 0)
         return gfc_request_create_done(g, "allreduce", req_out);
-    gfc_allreduce_algo_t algo = allreduce_choose(g, bytes, asked, codec != NULL);
     switch (algo) {
     case GFC_ALLREDUCE_RING:
         return gfc_allreduce_ring_start(g, recv, count, dtype, op, codec, req_out);
     case GFC_ALLREDUCE_BUTTERFLY:
         return gfc_allreduce_butterfly_start(g, recv, count, dtype, op, codec, req_out);
     case GFC_ALLREDUCE_RECURSIVE_DOUBLING:
-        if (codec)
-            return tdl_error_raise(TDL_ERR_INVALID_ARG,
-                                   "gfc allreduce: recursive doubling takes no codec; use ring "
-                                   "or butterfly");
         return gfc_allreduce_recursive_doubling_start(g, recv, count, dtype, op, req_out);
     default:
         return tdl_error_raise(TDL_ERR_INTERNAL, "gfc allreduce: no algorithm %d", (int)algo);

@@ -81,10 +81,10 @@ static tdl_status_t bf_codec_err(const bf_state_t *s, tdl_status_t st, const cha
 /* Codec all-gather message for blocks [lo, hi): their lengths (u64 each), then the bytes. */
 static size_t bf_pack(bf_state_t *s, int lo, int hi, unsigned char *out)
 {
-    uint64_t *lens = (uint64_t *)out;
     size_t pos = (size_t)(hi - lo) * 8;
     for (int b = lo; b < hi; b++) {
-        lens[b - lo] = s->enc_len[b];
+        uint64_t len = s->enc_len[b]; /* the buffer has no alignment to speak of: memcpy */
+        memcpy(out + (size_t)(b - lo) * 8, &len, 8);
         memcpy(out + pos, s->enc + (size_t)b * s->enc_block_max, s->enc_len[b]);
         pos += s->enc_len[b];
     }
@@ -93,12 +93,15 @@ static size_t bf_pack(bf_state_t *s, int lo, int hi, unsigned char *out)
 
 static tdl_status_t bf_unpack(bf_state_t *s, int lo, int hi, const unsigned char *in, size_t n)
 {
-    const uint64_t *lens = (const uint64_t *)in;
     size_t pos = (size_t)(hi - lo) * 8;
     for (int b = lo; b < hi; b++) {
-        if (pos > n || lens[b - lo] > s->enc_block_max || lens[b - lo] > n - pos)
+        uint64_t len;
+        if (pos > n)
             return tdl_error_raise(TDL_ERR_CORRUPT, "butterfly: malformed codec message");
-        s->enc_len[b] = lens[b - lo];
+        memcpy(&len, in + (size_t)(b - lo) * 8, 8);
+        if (len > s->enc_block_max || len > n - pos)
+            return tdl_error_raise(TDL_ERR_CORRUPT, "butterfly: malformed codec message");
+        s->enc_len[b] = len;
         memcpy(s->enc + (size_t)b * s->enc_block_max, in + pos, s->enc_len[b]);
         tdl_status_t st =
             s->codec->ops->decode(s->codec->ctx, in + pos, s->enc_len[b],

@@ -1,0 +1,274 @@
+/* Peers that fail: the others get an error in bounded time, never a hang.
+ *
+ *   gfc_failure silent  A member that never joins (the last rank sleeps past the timeout and
+ *                       only then takes part in the world's verdict): the others' all-to-all
+ *                       ends in TDL_ERR_TIMEOUT no earlier than timeout_ms and within
+ *                       timeout_ms + 10 s, and the message names the collective and the silent
+ *                       rank (every member waits for the silent rank's own block). A barrier
+ *                       fails the same way on every member. Afterwards the others still run an
+ *                       all-reduce among themselves and no request is left live. TAP output.
+ *   gfc_failure kill    The last rank kills itself (SIGKILL) in the middle of a sequence of
+ *                       all-reduces. Each survivor must see TDL_ERR_PEER or TDL_ERR_TIMEOUT at
+ *                       or after the victim's iteration, within timeout_ms + 10 s, then run an
+ *                       all-reduce among the survivors, destroy its runtime, print one
+ *                       "SURVIVOR rank=... verdict=PASS|FAIL ..." line and _exit(0) without
+ *                       touching MPI again. Needs `mpirun --enable-recovery`, which keeps
+ *                       Open MPI from killing the job when a process dies. */
+#include "config.h"
+
+#include <ctype.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "mpi/baseline.h"
+
+enum { KILL_AT = 5, KILL_ITERATIONS = 20, AR_COUNT = 1000 };
+
+/* Whether `text` holds the number `n` as a whole token (not inside a longer number). */
+static bool names_number(const char *text, int n)
+{
+    char want[16];
+    size_t len = (size_t)snprintf(want, sizeof(want), "%d", n);
+    for (const char *p = strstr(text, want); p; p = strstr(p + 1, want)) {
+        bool before = p == text || !isdigit((unsigned char)p[-1]);
+        bool after = !isdigit((unsigned char)p[len]);
+        if (before && after)
+            return true;
+    }
+    return false;
+}
+
+static bool names_word(const char *text, const char *const *words)
+{
+    char lower[1024];
+    size_t i = 0;
+    for (; text[i] && i + 1 < sizeof(lower); i++)
+        lower[i] = (char)tolower((unsigned char)text[i]);
+    lower[i] = '\0';
+    for (; *words; words++)
+        if (strstr(lower, *words))
+            return true;
+    return false;
+}
+
+/* Polls a request with a deadline of our own (gfc_request_test applies no timeout). */
+static tdl_status_t poll_until(gfc_request_t *req, double seconds)
+{
+    double deadline = tdl_clock_s() + seconds;
+    bool done = false;
+    tdl_status_t st = TDL_OK;
+    while (!done && st == TDL_OK && tdl_clock_s() < deadline)
+        st = gfc_request_test(req, &done);
+    if (st == TDL_OK && !done) {
+        gfc_request_free(req);
+        return tdl_error_raise(TDL_ERR_TIMEOUT, "test deadline of %.0f s passed", seconds);
+    }
+    if (done)
+        gfc_request_free(req);
+    return st;
+}
+
+/* An all-reduce of (rank + 1) over ranks[0..n) with our own deadline; true when right. */
+static bool survivors_allreduce(harness_t *h, int *ranks, int n, uint64_t ns, char *why,
+                                size_t why_size)
+{
+    gfc_group_t g;
+    tdl_status_t st = gfc_group_init(&g, h->rt, ranks, n, ns);
+    if (st != TDL_OK) {
+        snprintf(why, why_size, "group_init: %s", tdl_error_get());
+        return false;
+    }
+    int64_t in = h->rank + 1, out = -1, want = 0;
+    for (int i = 0; i < n; i++)
+        want += ranks[i] + 1;
+    gfc_request_t *req = NULL;
+    st = gfc_allreduce_start(&g, &in, &out, 1, GFC_DT_I64, GFC_OP_SUM, NULL, &req);
+    if (st == TDL_OK)
+        st = poll_until(req, 3.0 * (double)h->config.timeout_ms / 1000.0 + 10.0);
+    if (st != TDL_OK) {
+        snprintf(why, why_size, "%s: %s", tdl_status_str(st), tdl_error_get());
+        return false;
+    }
+    if (out != want) {
+        snprintf(why, why_size, "sum %" PRId64 ", want %" PRId64, out, want);
+        return false;
+    }
+    return true;
+}
+
+static int run_silent(harness_t *h)
+{
+    int W = h->size, s = W - 1, me = h->rank;
+    double timeout = (double)h->config.timeout_ms / 1000.0;
+    int *world = calloc((size_t)W, sizeof(int));
+    for (int r = 0; r < W; r++)
+        world[r] = r;
+
+    /* everyone once, so that endpoints exist and the group works */
+    gfc_group_t warm;
+    int64_t one = 1, total = 0;
+    tdl_status_t st = gfc_group_init(&warm, h->rt, world, W, 1);
+    if (st == TDL_OK)
+        st = gfc_allreduce(&warm, &one, &total, 1, GFC_DT_I64, GFC_OP_SUM, NULL);
+    harness_expect_status(h, st, TDL_OK, "warm-up allreduce");
+    harness_expect(h, total == W, "warm-up sum %" PRId64 ", want %d", total, W);
+    harness_point(h, "warm-up allreduce over the world");
+
+    gfc_group_t g2, g3;
+    gfc_group_init(&g2, h->rt, world, W, 2);
+    gfc_group_init(&g3, h->rt, world, W, 3);
+    if (me == s) {
+        /* silent through both collectives below, then on to the verdict */
+        usleep((useconds_t)((2 * timeout + 3.0) * 1e6));
+    } else {
+        int32_t *send = calloc(4 * (size_t)W, 4), *recv = calloc(4 * (size_t)W, 4);
+        for (int i = 0; i < 4 * W; i++)
+            send[i] = me * 1000 + i;
+        double t0 = tdl_clock_s();
+        st = gfc_alltoall(&g2, send, recv, 4, GFC_DT_I32);
+        double dt = tdl_clock_s() - t0;
+        free(send);
+        free(recv);
+        const char *msg = tdl_error_get();
+        static const char *const a2a[] = {"alltoall", "all-to-all", "all_to_all", NULL};
+        if (harness_expect_status(h, st, TDL_ERR_TIMEOUT, "alltoall with a silent member")) {
+            harness_expect(h, names_number(msg, s), "message does not name silent rank %d: '%s'", s,
+                           msg);
+            harness_expect(h, names_word(msg, a2a), "message does not name the collective: '%s'",
+                           msg);
+        }
+        harness_expect(h, dt >= 0.9 * timeout && dt <= timeout + 10.0,
+                       "alltoall gave up after %.2f s with a timeout of %.2f s", dt, timeout);
+        if (me == 0)
+            printf("# rank 0: alltoall: %s after %.2f s: %s\n", tdl_status_str(st), dt, msg);
+
+        t0 = tdl_clock_s();
+        st = gfc_barrier(&g3);
+        dt = tdl_clock_s() - t0;
+        harness_expect_status(h, st, TDL_ERR_TIMEOUT, "barrier with a silent member");
+        harness_expect(h, tdl_error_get()[0] != '\0', "barrier timeout without a message");
+        harness_expect(h, dt >= 0.9 * timeout && dt <= timeout + 10.0,
+                       "barrier gave up after %.2f s with a timeout of %.2f s", dt, timeout);
+        if (me == 0)
+            printf("# rank 0: barrier: %s after %.2f s: %s\n", tdl_status_str(st), dt,
+                   tdl_error_get());
+    }
+    harness_point(h,
+                  "a member that never joins: the others' alltoall and barrier end in "
+                  "TDL_ERR_TIMEOUT after timeout_ms (+10 s at most), naming the collective and "
+                  "rank %d",
+                  s);
+
+    if (me != s) {
+        char why[256];
+        harness_expect(h, survivors_allreduce(h, world, W - 1, 4, why, sizeof(why)),
+                       "allreduce among the others after the timeout: %s", why);
+        gfc_stats_t stats;
+        for (int i = 0; i < 100; i++)
+            gfc_runtime_progress(h->rt);
+        gfc_runtime_stats(h->rt, &stats);
+        harness_expect(h, stats.requests_live == 0 && stats.ucx_requests_live == 0,
+                       "%zu gfc and %zu UCX requests live after the timeouts", stats.requests_live,
+                       stats.ucx_requests_live);
+    }
+    harness_point(h, "after the timeouts the others still run an allreduce among themselves; "
+                     "no request is left live");
+    free(world);
+    return harness_finish(h);
+}
+
+static int run_kill(harness_t *h)
+{
+    int W = h->size, victim = W - 1, me = h->rank;
+    double timeout = (double)h->config.timeout_ms / 1000.0;
+    int *world = calloc((size_t)W, sizeof(int));
+    for (int r = 0; r < W; r++)
+        world[r] = r;
+    gfc_group_t g;
+    tdl_status_t st = gfc_group_init(&g, h->rt, world, W, 1);
+    float *in = calloc(AR_COUNT, sizeof(float)), *out = calloc(AR_COUNT, sizeof(float));
+    for (int i = 0; i < AR_COUNT; i++)
+        in[i] = (float)(me + 1);
+    int failed_at = -1;
+    double dt = 0;
+    char msg[512] = "";
+    const char *verdict = "PASS";
+    char why[300] = "";
+    static const gfc_allreduce_algo_t algos[] = {GFC_ALLREDUCE_RING, GFC_ALLREDUCE_BUTTERFLY,
+                                                 GFC_ALLREDUCE_RECURSIVE_DOUBLING};
+    for (int it = 0; st == TDL_OK && it < KILL_ITERATIONS; it++) {
+        gfc_allreduce_opts_t opts = {.algo = algos[it % 3]};
+        if (me == victim && it == KILL_AT) {
+            /* in the middle of it: started, a little progress, then gone */
+            gfc_request_t *req;
+            if (gfc_allreduce_start(&g, in, out, AR_COUNT, GFC_DT_F32, GFC_OP_SUM, &opts, &req) ==
+                TDL_OK)
+                for (int i = 0; i < 3; i++)
+                    gfc_runtime_progress(h->rt);
+            fflush(stdout);
+            raise(SIGKILL);
+        }
+        double t0 = tdl_clock_s();
+        st = gfc_allreduce(&g, in, out, AR_COUNT, GFC_DT_F32, GFC_OP_SUM, &opts);
+        dt = tdl_clock_s() - t0;
+        if (st != TDL_OK) {
+            failed_at = it;
+            snprintf(msg, sizeof(msg), "%s", tdl_error_get());
+        } else if (out[AR_COUNT - 1] != (float)(W * (W + 1) / 2)) {
+            snprintf(why, sizeof(why), "iteration %d: sum %g, want %d", it, out[AR_COUNT - 1],
+                     W * (W + 1) / 2);
+            verdict = "FAIL";
+        }
+    }
+    if (failed_at < 0) {
+        snprintf(why, sizeof(why), "no error in %d iterations", KILL_ITERATIONS);
+        verdict = "FAIL";
+    } else if (failed_at < KILL_AT) {
+        snprintf(why, sizeof(why), "error before the victim died");
+        verdict = "FAIL";
+    } else if (st != TDL_ERR_PEER && st != TDL_ERR_TIMEOUT) {
+        snprintf(why, sizeof(why), "status %s, want peer or timeout", tdl_status_str(st));
+        verdict = "FAIL";
+    } else if (dt > timeout + 10.0) {
+        snprintf(why, sizeof(why), "the error took %.2f s", dt);
+        verdict = "FAIL";
+    }
+    char after[256] = "ok";
+    bool survivors_ok = survivors_allreduce(h, world, W - 1, 2, after, sizeof(after));
+    if (!survivors_ok)
+        verdict = "FAIL";
+    for (char *p = msg; *p; p++)
+        if (*p == '\n')
+            *p = ' ';
+    printf("SURVIVOR rank=%d verdict=%s iteration=%d status=%s elapsed=%.2f "
+           "survivors_allreduce=%s%s%s msg=%s\n",
+           me, verdict, failed_at, tdl_status_str(st), dt, survivors_ok ? "ok" : after,
+           why[0] ? " why=" : "", why, msg);
+    fflush(stdout);
+    gfc_runtime_destroy(h->rt);
+    printf("DESTROYED rank=%d\n", me);
+    fflush(stdout);
+    _exit(0); /* MPI is not safe to touch with a dead peer */
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "silent";
+    const char *env = getenv("TIDAL_GFC_FAILURE_TIMEOUT_MS");
+    int64_t timeout_ms = env && *env ? strtoll(env, NULL, 10) : 1000;
+    harness_t h;
+    if (harness_init(&h, &argc, &argv, timeout_ms) != TDL_OK)
+        return 1;
+    if (h.size < 2) {
+        harness_diag(&h, "needs at least 2 ranks");
+        return harness_finish(&h);
+    }
+    if (strcmp(mode, "kill") == 0)
+        return run_kill(&h);
+    return run_silent(&h);
+}
