@@ -9,6 +9,14 @@
 /* Most chunks a ring pipelines per block: keeps (round, chunk) inside a 32-bit step id. */
 #define GFC_MAX_CHUNKS 64
 
+/* What each rank publishes at start-up ahead of its UCX worker address. */
+#define GFC_CARD_MAGIC 0x67666331u /* "gfc1" */
+typedef struct gfc_peer_card {
+    uint32_t magic;
+    uint32_t pid;
+    unsigned char host[16]; /* hash of host name and boot id */
+} gfc_peer_card_t;
+
 struct gfc_runtime {
     gfc_runtime_config_t config;
     int rank, size;
@@ -17,6 +25,8 @@ struct gfc_runtime {
     ucp_ep_h *eps;               /* [size], created on first use */
     tdl_blobs_t addrs;           /* every rank's worker address */
     ucs_status_t *peer_status;   /* [size]: UCS_OK, or why the peer failed */
+    int *peer_pid;               /* [size] */
+    bool *peer_local;            /* [size]: runs on this host */
     size_t endpoints;
     size_t requests_live;
     size_t ucx_requests_live;
@@ -88,6 +98,8 @@ static inline int gfc_member(const gfc_request_t *req, int i)
 }
 
 tdl_status_t gfc_ep_get(gfc_runtime_t *rt, int peer, ucp_ep_h *ep_out);
+/* False once the peer is known dead: its endpoint failed, or (on this host) its pid is gone. */
+bool gfc_peer_check(gfc_runtime_t *rt, int peer);
 tdl_status_t gfc_check_count(const char *what, size_t count, gfc_dtype_t dtype);
 
 /* Splits n elements into `parts` blocks that differ by at most one element. */

@@ -296,10 +296,26 @@ static void request_silent_ranks(gfc_request_t *req, char *buf, size_t size)
     }
 }
 
+/* Fails the request if a peer it waits for is known dead. */
+static void request_check_peers(gfc_request_t *req)
+{
+    for (int i = 0; i < req->nxfers && !req->finished; i++) {
+        gfc_xfer_t *x = &req->xfers[i];
+        if (!x->done && !gfc_peer_check(req->rt, x->peer)) {
+            request_fail(req, TDL_ERR_PEER, "rank %d has failed (%s)", x->peer,
+                         ucs_status_string(req->rt->peer_status[x->peer]));
+            request_cancel_all(req);
+        }
+    }
+}
+
+#define GFC_LIVENESS_NS 100000000ull /* how often a waiting rank looks for dead peers */
+
 static tdl_status_t request_wait_one(gfc_request_t *req, uint64_t deadline)
 {
     gfc_runtime_t *rt = req->rt;
     unsigned idle = 0;
+    uint64_t next_check = tdl_clock_ns() + GFC_LIVENESS_NS;
     while (!req->finished) {
         unsigned events = ucp_worker_progress(rt->worker);
         request_step(req);
@@ -309,6 +325,13 @@ static tdl_status_t request_wait_one(gfc_request_t *req, uint64_t deadline)
             /* Ranks outnumber cores under oversubscription: let the peer run. */
             sched_yield();
             idle = 0;
+            uint64_t now = tdl_clock_ns();
+            if (now > next_check) {
+                request_check_peers(req);
+                next_check = now + GFC_LIVENESS_NS;
+                if (req->finished)
+                    break;
+            }
         }
         if (tdl_clock_ns() > deadline) {
             char silent[256];
@@ -349,6 +372,7 @@ tdl_status_t gfc_request_wait_all(gfc_request_t **reqs, size_t count)
     /* Progress all together: collectives in flight may depend on each other's peers. */
     bool pending = true;
     unsigned idle = 0;
+    uint64_t next_check = tdl_clock_ns() + GFC_LIVENESS_NS;
     while (pending) {
         pending = false;
         unsigned events = ucp_worker_progress(rt->worker);
@@ -360,6 +384,13 @@ tdl_status_t gfc_request_wait_all(gfc_request_t **reqs, size_t count)
         if (events == 0 && ++idle > 64) {
             sched_yield();
             idle = 0;
+            uint64_t now = tdl_clock_ns();
+            if (now > next_check) {
+                for (size_t i = 0; i < count; i++)
+                    if (!reqs[i]->finished)
+                        request_check_peers(reqs[i]);
+                next_check = now + GFC_LIVENESS_NS;
+            }
         }
         if (pending && tdl_clock_ns() > deadline) {
             for (size_t i = 0; i < count; i++)

@@ -2,7 +2,11 @@
  * single start-up exchange, endpoints created on first use, and a polling progress engine. */
 #include "config.h"
 
+#include <errno.h>
 #include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,6 +51,33 @@ tdl_status_t gfc_runtime_config_from_params(const tdl_params_t *params,
     c.ring_chunk_bytes = (size_t)tdl_param_int(params, "gfc-ring-chunk");
     *config_out = c;
     return TDL_OK;
+}
+
+/* Identifies this host: its name and boot id, so that two containers or two boots of one host
+ * name never look alike. */
+static void runtime_card_fill(gfc_peer_card_t *card)
+{
+    memset(card, 0, sizeof(*card));
+    card->magic = GFC_CARD_MAGIC;
+    card->pid = (uint32_t)getpid();
+    char id[512] = "";
+    if (gethostname(id, 255) != 0)
+        id[0] = '\0';
+    size_t n = strlen(id);
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        if (!fgets(id + n, (int)(sizeof(id) - n), f))
+            id[n] = '\0';
+        fclose(f);
+    }
+    /* Two FNV-1a streams make 16 bytes of identity. */
+    uint64_t h1 = 0xcbf29ce484222325ull, h2 = 0x84222325cbf29ce4ull;
+    for (const unsigned char *c = (const unsigned char *)id; *c; c++) {
+        h1 = (h1 ^ *c) * 0x100000001b3ull;
+        h2 = (h2 ^ *c) * 0x100000001b3ull ^ (h2 >> 29);
+    }
+    memcpy(card->host, &h1, 8);
+    memcpy(card->host + 8, &h2, 8);
 }
 
 static tdl_status_t ucx_error(ucs_status_t s, const char *what)
@@ -109,9 +140,21 @@ tdl_status_t gfc_runtime_create(const gfc_runtime_config_t *config, gfc_runtime_
         st = ucx_error(us, "ucp_worker_get_address");
         goto err_worker;
     }
-    /* The one exchange: from here on gfc needs nothing from MPI. */
-    st = config->allgather(addr, addr_len, &rt->addrs);
+    /* The one exchange: from here on gfc needs nothing from MPI. Each rank publishes where it
+     * runs (host identity, pid) ahead of its worker address. */
+    gfc_peer_card_t card;
+    runtime_card_fill(&card);
+    unsigned char *blob = malloc(sizeof(card) + addr_len);
+    if (!blob) {
+        ucp_worker_release_address(rt->worker, addr);
+        st = tdl_error_raise(TDL_ERR_NOMEM, "gfc: out of memory");
+        goto err_worker;
+    }
+    memcpy(blob, &card, sizeof(card));
+    memcpy(blob + sizeof(card), addr, addr_len);
     ucp_worker_release_address(rt->worker, addr);
+    st = config->allgather(blob, sizeof(card) + addr_len, &rt->addrs);
+    free(blob);
     if (st != TDL_OK)
         goto err_worker;
     if (rt->addrs.count != rt->size) {
@@ -120,11 +163,35 @@ tdl_status_t gfc_runtime_create(const gfc_runtime_config_t *config, gfc_runtime_
                              rt->addrs.count, rt->size);
         goto err_addrs;
     }
+    rt->peer_pid = calloc((size_t)rt->size, sizeof(*rt->peer_pid));
+    rt->peer_local = calloc((size_t)rt->size, sizeof(*rt->peer_local));
+    if (!rt->peer_pid || !rt->peer_local) {
+        st = tdl_error_raise(TDL_ERR_NOMEM, "gfc: out of memory");
+        goto err_addrs;
+    }
+    for (int r = 0; r < rt->size; r++) {
+        gfc_peer_card_t pc;
+        if (rt->addrs.len[r] <= sizeof(pc)) {
+            st = tdl_error_raise(TDL_ERR_CORRUPT, "gfc: rank %d published a malformed address", r);
+            goto err_addrs;
+        }
+        memcpy(&pc, rt->addrs.data + rt->addrs.off[r], sizeof(pc));
+        if (pc.magic != GFC_CARD_MAGIC) {
+            st = tdl_error_raise(TDL_ERR_MISMATCH,
+                                 "gfc: rank %d runs another tidal version (address format %08x)",
+                                 r, pc.magic);
+            goto err_addrs;
+        }
+        rt->peer_pid[r] = (int)pc.pid;
+        rt->peer_local[r] = memcmp(pc.host, card.host, sizeof(card.host)) == 0;
+    }
     TDL_DEBUG("gfc: rank %d of %d ready, worker address %zu bytes", rt->rank, rt->size, addr_len);
     *rt_out = rt;
     return TDL_OK;
 
 err_addrs:
+    free(rt->peer_local);
+    free(rt->peer_pid);
     tdl_blobs_free(&rt->addrs);
 err_worker:
     ucp_worker_destroy(rt->worker);
@@ -179,6 +246,8 @@ void gfc_runtime_destroy(gfc_runtime_t *rt)
     ucp_worker_destroy(rt->worker);
     ucp_cleanup(rt->context);
     tdl_blobs_free(&rt->addrs);
+    free(rt->peer_local);
+    free(rt->peer_pid);
     free(rt->peer_status);
     free(rt->eps);
     free(rt);
@@ -211,6 +280,20 @@ void gfc_runtime_stats(const gfc_runtime_t *rt, gfc_stats_t *stats_out)
     *stats_out = s;
 }
 
+bool gfc_peer_check(gfc_runtime_t *rt, int peer)
+{
+    if (rt->peer_status[peer] != UCS_OK)
+        return false;
+    if (!rt->peer_local[peer] || peer == rt->rank)
+        return true;
+    if (kill((pid_t)rt->peer_pid[peer], 0) != 0 && errno == ESRCH) {
+        rt->peer_status[peer] = UCS_ERR_CONNECTION_RESET;
+        TDL_DEBUG("gfc: rank %d (pid %d on this node) has exited", peer, rt->peer_pid[peer]);
+        return false;
+    }
+    return true;
+}
+
 static void runtime_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
     gfc_runtime_t *rt = arg;
@@ -229,17 +312,24 @@ tdl_status_t gfc_ep_get(gfc_runtime_t *rt, int peer, ucp_ep_h *ep_out)
         return tdl_error_raise(TDL_ERR_PEER, "rank %d failed earlier (%s)", peer,
                                ucs_status_string(rt->peer_status[peer]));
     if (!rt->eps[peer]) {
+        /* UCX's peer error handling rules out its shared-memory and CMA transports, so peers on
+         * this node are watched through their pid instead (gfc_peer_check), and peers elsewhere
+         * through UCX. */
         ucp_ep_params_t ep = {
             .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
                           UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER,
-            .address = (const ucp_address_t *)(rt->addrs.data + rt->addrs.off[peer]),
-            .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+            .address = (const ucp_address_t *)(rt->addrs.data + rt->addrs.off[peer] +
+                                               sizeof(gfc_peer_card_t)),
+            .err_mode = rt->peer_local[peer] ? UCP_ERR_HANDLING_MODE_NONE
+                                             : UCP_ERR_HANDLING_MODE_PEER,
             .err_handler = {.cb = runtime_ep_error, .arg = rt},
         };
         ucs_status_t s = ucp_ep_create(rt->worker, &ep, &rt->eps[peer]);
         if (s != UCS_OK)
             return tdl_error_raise(TDL_ERR_UCX, "cannot reach rank %d: ucp_ep_create: %s", peer,
                                    ucs_status_string(s));
+        if (tdl_log_get_level() >= TDL_LOG_TRACE)
+            ucp_ep_print_info(rt->eps[peer], stderr);
         /* A message to oneself goes through UCX's loopback transport: no network resource. */
         if (peer != rt->rank)
             rt->endpoints++;
