@@ -28,6 +28,11 @@ struct gfc_runtime {
     int *peer_pid;               /* [size] */
     bool *peer_local;            /* [size]: runs on this host */
     size_t endpoints;
+    unsigned yield_after;        /* idle polls before a waiting rank yields its core */
+    struct {
+        void *buf;
+        size_t cap;
+    } cache[4];                  /* scratch buffers kept for reuse */
     size_t requests_live;
     size_t ucx_requests_live;
     uint64_t collectives;
@@ -62,8 +67,9 @@ struct gfc_request {
     int nxfers, cap_xfers;
     size_t received;          /* p2p receive: bytes that arrived */
     void *state;              /* the algorithm's own state, freed with the request */
-    void *scratch;            /* scratch memory, freed with the request */
+    void *scratch;            /* scratch memory (gfc_request_scratch), freed with the request */
     void *scratch2;
+    size_t scratch_cap[2];
 };
 
 /* ---- runtime services for algorithms ---------------------------------------------------- */
@@ -77,6 +83,9 @@ tdl_status_t gfc_request_create_done(gfc_group_t *g, const char *name, gfc_reque
 /* A point-to-point request: its tags come from the user tag, not from a sequence number. */
 tdl_status_t gfc_p2p_request_create(gfc_group_t *g, const char *name, uint64_t tag,
                                     gfc_request_t **req_out);
+/* Scratch memory for a request, freed with it. Freed buffers are kept (a few, up to a byte cap)
+ * for the next collective: large fresh allocations page-fault on every call. */
+void *gfc_request_scratch(gfc_request_t *req, int which, size_t bytes);
 /* Waits like gfc_request_wait but leaves the request to the caller. */
 tdl_status_t gfc_request_wait_keep(gfc_request_t *req);
 /* Tags: step ids are the algorithm's (round, chunk, phase) encoding; src is a world rank. */

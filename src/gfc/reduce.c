@@ -58,8 +58,8 @@ tdl_status_t gfc_check_count(const char *what, size_t count, gfc_dtype_t dtype)
 
 #define REDUCE_LOOP(T, EXPR)                                                                   \
     do {                                                                                       \
-        T *a = inout;                                                                          \
-        const T *b = in;                                                                       \
+        T *restrict a = inout;                                                                 \
+        const T *restrict b = in;                                                              \
         for (size_t i = 0; i < n; i++) {                                                       \
             T x = a[i], y = b[i];                                                              \
             a[i] = (EXPR);                                                                     \
@@ -68,8 +68,8 @@ tdl_status_t gfc_check_count(const char *what, size_t count, gfc_dtype_t dtype)
 
 #define REDUCE_HALF(TO, FROM, EXPR)                                                            \
     do {                                                                                       \
-        uint16_t *a = inout;                                                                   \
-        const uint16_t *b = in;                                                                \
+        uint16_t *restrict a = inout;                                                          \
+        const uint16_t *restrict b = in;                                                       \
         for (size_t i = 0; i < n; i++) {                                                       \
             float x = FROM(a[i]), y = FROM(b[i]);                                              \
             a[i] = TO(EXPR);                                                                   \
@@ -82,6 +82,7 @@ tdl_status_t gfc_check_count(const char *what, size_t count, gfc_dtype_t dtype)
 #define IMAX(x, y) ((x) > (y) ? (x) : (y))
 #define IMIN(x, y) ((x) < (y) ? (x) : (y))
 
+/* inout and in never overlap: every caller reduces a received copy into its own buffer. */
 tdl_status_t gfc_reduce_local(void *inout, const void *in, size_t n, gfc_dtype_t dtype,
                               gfc_redop_t op)
 {

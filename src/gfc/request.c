@@ -14,6 +14,53 @@ uint64_t gfc_tag_base(uint64_t group_id, uint64_t seq);
 /* Tags of point-to-point messages live apart from collectives' sequence numbers. */
 #define GFC_P2P_SEQ_SALT 0x8000000000000000ull
 
+#define GFC_CACHE_MAX_BYTES (512ull << 20)
+
+static void scratch_release(gfc_runtime_t *rt, void *buf, size_t cap)
+{
+    if (!buf)
+        return;
+    size_t cached = 0;
+    int slot = -1;
+    for (size_t i = 0; i < TDL_ARRAY_SIZE(rt->cache); i++) {
+        cached += rt->cache[i].cap;
+        if (!rt->cache[i].buf && slot < 0)
+            slot = (int)i;
+    }
+    if (slot < 0 || cached + cap > GFC_CACHE_MAX_BYTES) {
+        free(buf);
+        return;
+    }
+    rt->cache[slot].buf = buf;
+    rt->cache[slot].cap = cap;
+}
+
+void *gfc_request_scratch(gfc_request_t *req, int which, size_t bytes)
+{
+    gfc_runtime_t *rt = req->rt;
+    void **slot = which ? &req->scratch2 : &req->scratch;
+    if (*slot)
+        return NULL; /* one buffer per slot */
+    if (bytes == 0)
+        bytes = 1;
+    int best = -1;
+    for (size_t i = 0; i < TDL_ARRAY_SIZE(rt->cache); i++) {
+        if (rt->cache[i].buf && rt->cache[i].cap >= bytes &&
+            (best < 0 || rt->cache[i].cap < rt->cache[best].cap))
+            best = (int)i;
+    }
+    if (best >= 0) {
+        *slot = rt->cache[best].buf;
+        req->scratch_cap[which ? 1 : 0] = rt->cache[best].cap;
+        rt->cache[best].buf = NULL;
+        rt->cache[best].cap = 0;
+    } else {
+        *slot = malloc(bytes);
+        req->scratch_cap[which ? 1 : 0] = bytes;
+    }
+    return *slot;
+}
+
 tdl_status_t gfc_request_create(gfc_group_t *g, const char *name, gfc_progress_fn_t progress,
                                 size_t state_size, gfc_request_t **req_out)
 {
@@ -321,7 +368,7 @@ static tdl_status_t request_wait_one(gfc_request_t *req, uint64_t deadline)
         request_step(req);
         if (req->finished)
             break;
-        if (events == 0 && ++idle > 64) {
+        if (events == 0 && ++idle >= rt->yield_after) {
             /* Ranks outnumber cores under oversubscription: let the peer run. */
             sched_yield();
             idle = 0;
@@ -349,6 +396,10 @@ tdl_status_t gfc_request_wait_keep(gfc_request_t *req)
 {
     uint64_t deadline = tdl_clock_ns() + (uint64_t)req->rt->config.timeout_ms * 1000000ull;
     tdl_status_t st = request_wait_one(req, deadline);
+    /* Push out whatever UCX has queued for peers (acknowledgements, pending sends) before the
+     * caller goes off to do something else. */
+    for (int i = 0; i < 64 && ucp_worker_progress(req->rt->worker); i++)
+        ;
     if (st != TDL_OK)
         tdl_error_set("%s", req->error);
     return st;
@@ -381,7 +432,7 @@ tdl_status_t gfc_request_wait_all(gfc_request_t **reqs, size_t count)
                 request_step(reqs[i]);
             pending |= !reqs[i]->finished;
         }
-        if (events == 0 && ++idle > 64) {
+        if (events == 0 && ++idle >= rt->yield_after) {
             sched_yield();
             idle = 0;
             uint64_t now = tdl_clock_ns();
@@ -422,8 +473,8 @@ void gfc_request_free(gfc_request_t *req)
     req->rt->requests_live--;
     free(req->xfers);
     free(req->state);
-    free(req->scratch);
-    free(req->scratch2);
+    scratch_release(req->rt, req->scratch, req->scratch_cap[0]);
+    scratch_release(req->rt, req->scratch2, req->scratch_cap[1]);
     free(req);
 }
 

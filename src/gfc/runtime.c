@@ -113,6 +113,12 @@ tdl_status_t gfc_runtime_create(const gfc_runtime_config_t *config, gfc_runtime_
         st = ucx_error(us, "ucp_config_read");
         goto err_free;
     }
+    /* Rendezvous by put: the receiver owes the sender nothing once its data has arrived, so a
+     * rank that stops calling gfc after a collective cannot hold back its peers' sends (with
+     * get, the receiver's acknowledgement waits for its next progress call). UCX_RNDV_SCHEME
+     * still wins when set. */
+    if (!getenv("UCX_RNDV_SCHEME"))
+        ucp_config_modify(ucfg, "RNDV_SCHEME", "put_zcopy");
     ucp_params_t params = {
         .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME,
         .features = UCP_FEATURE_TAG,
@@ -169,6 +175,7 @@ tdl_status_t gfc_runtime_create(const gfc_runtime_config_t *config, gfc_runtime_
         st = tdl_error_raise(TDL_ERR_NOMEM, "gfc: out of memory");
         goto err_addrs;
     }
+    int local_ranks = 0;
     for (int r = 0; r < rt->size; r++) {
         gfc_peer_card_t pc;
         if (rt->addrs.len[r] <= sizeof(pc)) {
@@ -184,7 +191,11 @@ tdl_status_t gfc_runtime_create(const gfc_runtime_config_t *config, gfc_runtime_
         }
         rt->peer_pid[r] = (int)pc.pid;
         rt->peer_local[r] = memcmp(pc.host, card.host, sizeof(card.host)) == 0;
+        local_ranks += rt->peer_local[r];
     }
+    /* Oversubscribed (more ranks here than cores): a waiting rank gives its core away at once. */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    rt->yield_after = (cores > 0 && local_ranks > cores) ? 1 : 64;
     TDL_DEBUG("gfc: rank %d of %d ready, worker address %zu bytes", rt->rank, rt->size, addr_len);
     *rt_out = rt;
     return TDL_OK;
@@ -245,6 +256,8 @@ void gfc_runtime_destroy(gfc_runtime_t *rt)
     }
     ucp_worker_destroy(rt->worker);
     ucp_cleanup(rt->context);
+    for (size_t i = 0; i < TDL_ARRAY_SIZE(rt->cache); i++)
+        free(rt->cache[i].buf);
     tdl_blobs_free(&rt->addrs);
     free(rt->peer_local);
     free(rt->peer_pid);

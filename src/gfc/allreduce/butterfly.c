@@ -316,7 +316,7 @@ tdl_status_t gfc_allreduce_butterfly_start(gfc_group_t *g, void *buf, size_t cou
         size_t whole = codec->ops->max_encoded_bytes(codec->ctx, count);
         tmp_bytes = TDL_MAX(TDL_MAX(msg, whole), tmp_bytes);
         s->enc_len = calloc((size_t)s->f.p, sizeof(size_t));
-        req->scratch2 = malloc((size_t)s->f.p * s->enc_block_max + 2 * tmp_bytes + 64);
+        gfc_request_scratch(req, 1, (size_t)s->f.p * s->enc_block_max + 2 * tmp_bytes + 64);
         if (!s->enc_len || !req->scratch2) {
             gfc_request_free(req);
             return tdl_error_raise(TDL_ERR_NOMEM, "gfc allreduce/butterfly: out of memory");
@@ -327,7 +327,7 @@ tdl_status_t gfc_allreduce_butterfly_start(gfc_group_t *g, void *buf, size_t cou
         s->tmp_bytes = tmp_bytes;
     } else {
         s->tmp_bytes = tmp_bytes;
-        s->tmp = req->scratch = malloc(tmp_bytes ? tmp_bytes : 1);
+        s->tmp = gfc_request_scratch(req, 0, tmp_bytes);
         if (!s->tmp) {
             gfc_request_free(req);
             return tdl_error_raise(TDL_ERR_NOMEM, "gfc allreduce/butterfly: out of memory");

@@ -99,7 +99,7 @@ tdl_status_t gfc_allreduce_recursive_doubling_start(gfc_group_t *g, void *buf, s
     s->op = op;
     s->f = gfc_pof2_of(g->size, g->me);
     s->mask = 1;
-    s->tmp = req->scratch = malloc(s->bytes ? s->bytes : 1);
+    s->tmp = gfc_request_scratch(req, 0, s->bytes);
     if (!s->tmp) {
         gfc_request_free(req);
         return tdl_error_raise(TDL_ERR_NOMEM, "gfc allreduce: cannot allocate %zu bytes",

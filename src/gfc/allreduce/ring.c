@@ -369,7 +369,7 @@ tdl_status_t gfc_ring_start(gfc_group_t *g, const char *name, void *buf, size_t 
     size_t tmp_bytes = codec ? s->enc_max : s->chunk_elems * s->esize;
     size_t per_chunk = codec ? 5 * s->enc_max : tmp_bytes;
     s->chunks = calloc((size_t)s->nchunks, sizeof(ring_chunk_t));
-    req->scratch = malloc((size_t)s->nchunks * per_chunk + 64);
+    gfc_request_scratch(req, 0, (size_t)s->nchunks * per_chunk + 64);
     if (!s->chunks || !req->scratch) {
         free(s->chunks);
         gfc_request_free(req);

@@ -33,7 +33,9 @@ tdl_status_t gfc_reduce_scatter_start(gfc_group_t *g, const void *send, void *re
         free(work);
         return st;
     }
+    /* The request owns the copy from here on. */
     (*req_out)->scratch2 = work;
+    (*req_out)->scratch_cap[1] = total * es;
     return TDL_OK;
 }
 
