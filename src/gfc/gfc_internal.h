@@ -109,6 +109,9 @@ static inline int gfc_member(const gfc_request_t *req, int i)
 tdl_status_t gfc_ep_get(gfc_runtime_t *rt, int peer, ucp_ep_h *ep_out);
 /* False once the peer is known dead: its endpoint failed, or (on this host) its pid is gone. */
 bool gfc_peer_check(gfc_runtime_t *rt, int peer);
+/* out[i] = op(a[i], b[i]); out may be a, never b. */
+tdl_status_t gfc_reduce3(void *out, const void *a, const void *b, size_t n, gfc_dtype_t dtype,
+                         gfc_redop_t op);
 tdl_status_t gfc_check_count(const char *what, size_t count, gfc_dtype_t dtype);
 
 /* Splits n elements into `parts` blocks that differ by at most one element. */
@@ -158,15 +161,17 @@ static inline int gfc_pof2_member(const gfc_pof2_t *f, int v)
 
 /* ---- algorithm entry points (one file each) --------------------------------------------- */
 
-tdl_status_t gfc_allreduce_ring_start(gfc_group_t *g, void *buf, size_t count, gfc_dtype_t dtype,
-                                      gfc_redop_t op, const gfc_codec_t *codec,
+/* send holds this member's values, recv receives the result; they may be the same buffer. The
+ * algorithms read send and write recv without copying one into the other first. */
+tdl_status_t gfc_allreduce_ring_start(gfc_group_t *g, const void *send, void *recv, size_t count,
+                                      gfc_dtype_t dtype, gfc_redop_t op, const gfc_codec_t *codec,
                                       gfc_request_t **req_out);
-tdl_status_t gfc_allreduce_butterfly_start(gfc_group_t *g, void *buf, size_t count,
-                                           gfc_dtype_t dtype, gfc_redop_t op,
+tdl_status_t gfc_allreduce_butterfly_start(gfc_group_t *g, const void *send, void *recv,
+                                           size_t count, gfc_dtype_t dtype, gfc_redop_t op,
                                            const gfc_codec_t *codec, gfc_request_t **req_out);
-tdl_status_t gfc_allreduce_recursive_doubling_start(gfc_group_t *g, void *buf, size_t count,
-                                                    gfc_dtype_t dtype, gfc_redop_t op,
-                                                    gfc_request_t **req_out);
+tdl_status_t gfc_allreduce_recursive_doubling_start(gfc_group_t *g, const void *send, void *recv,
+                                                    size_t count, gfc_dtype_t dtype,
+                                                    gfc_redop_t op, gfc_request_t **req_out);
 /* Ring reduce-scatter over group-size blocks of buf, in place: member i ends holding the
  * reduction of block (i + shift) mod size, copied to out (when not NULL) at the end. */
 tdl_status_t gfc_ring_reduce_scatter_start(gfc_group_t *g, const char *name, void *buf,

@@ -56,23 +56,24 @@ tdl_status_t gfc_check_count(const char *what, size_t count, gfc_dtype_t dtype)
     return TDL_OK;
 }
 
+/* out may be a (in place) but never b: the compiler versions the loops on that. */
 #define REDUCE_LOOP(T, EXPR)                                                                   \
     do {                                                                                       \
-        T *restrict a = inout;                                                                 \
-        const T *restrict b = in;                                                              \
+        T *o = out;                                                                            \
+        const T *pa = a, *pb = b;                                                              \
         for (size_t i = 0; i < n; i++) {                                                       \
-            T x = a[i], y = b[i];                                                              \
-            a[i] = (EXPR);                                                                     \
+            T x = pa[i], y = pb[i];                                                            \
+            o[i] = (EXPR);                                                                     \
         }                                                                                      \
     } while (0)
 
 #define REDUCE_HALF(TO, FROM, EXPR)                                                            \
     do {                                                                                       \
-        uint16_t *restrict a = inout;                                                          \
-        const uint16_t *restrict b = in;                                                       \
+        uint16_t *o = out;                                                                     \
+        const uint16_t *pa = a, *pb = b;                                                       \
         for (size_t i = 0; i < n; i++) {                                                       \
-            float x = FROM(a[i]), y = FROM(b[i]);                                              \
-            a[i] = TO(EXPR);                                                                   \
+            float x = FROM(pa[i]), y = FROM(pb[i]);                                            \
+            o[i] = TO(EXPR);                                                                   \
         }                                                                                      \
     } while (0)
 
@@ -82,9 +83,14 @@ tdl_status_t gfc_check_count(const char *what, size_t count, gfc_dtype_t dtype)
 #define IMAX(x, y) ((x) > (y) ? (x) : (y))
 #define IMIN(x, y) ((x) < (y) ? (x) : (y))
 
-/* inout and in never overlap: every caller reduces a received copy into its own buffer. */
 tdl_status_t gfc_reduce_local(void *inout, const void *in, size_t n, gfc_dtype_t dtype,
                               gfc_redop_t op)
+{
+    return gfc_reduce3(inout, inout, in, n, dtype, op);
+}
+
+tdl_status_t gfc_reduce3(void *out, const void *a, const void *b, size_t n, gfc_dtype_t dtype,
+                         gfc_redop_t op)
 {
     if ((unsigned)op >= GFC_OP_COUNT)
         return tdl_error_raise(TDL_ERR_INVALID_ARG, "gfc: unknown reduction %d", (int)op);

@@ -1,5 +1,5 @@
-/* All-reduce: checks the arguments, copies send into recv, and hands recv to the algorithm in
- * place. AUTO takes recursive doubling for small vectors (latency) and the ring for the rest
+/* All-reduce: checks the arguments and hands send and recv to the algorithm, which reads the
+ * one and writes the other (no copy of send into recv first). AUTO takes recursive doubling for small vectors (latency) and the ring for the rest
  * (bandwidth); a codec needs ring or butterfly. Adding an algorithm: a file beside this one and
  * a case below. */
 #include "config.h"
@@ -51,17 +51,22 @@ tdl_status_t gfc_allreduce_start(gfc_group_t *g, const void *send, void *recv, s
         return tdl_error_raise(TDL_ERR_INVALID_ARG,
                                "gfc allreduce: recursive doubling takes no codec; use ring or "
                                "butterfly");
-    if (bytes && recv != send)
-        memmove(recv, send, bytes);
-    if (g->size == 1 || count == 0)
+    if (g->size == 1 || count == 0) {
+        if (bytes && recv != send)
+            memmove(recv, send, bytes);
         return gfc_request_create_done(g, "allreduce", req_out);
+    }
+    if (send != recv && (const char *)send < (char *)recv + bytes &&
+        (char *)recv < (const char *)send + bytes)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                               "gfc allreduce: send and recv overlap without being the same");
     switch (algo) {
     case GFC_ALLREDUCE_RING:
-        return gfc_allreduce_ring_start(g, recv, count, dtype, op, codec, req_out);
+        return gfc_allreduce_ring_start(g, send, recv, count, dtype, op, codec, req_out);
     case GFC_ALLREDUCE_BUTTERFLY:
-        return gfc_allreduce_butterfly_start(g, recv, count, dtype, op, codec, req_out);
+        return gfc_allreduce_butterfly_start(g, send, recv, count, dtype, op, codec, req_out);
     case GFC_ALLREDUCE_RECURSIVE_DOUBLING:
-        return gfc_allreduce_recursive_doubling_start(g, recv, count, dtype, op, req_out);
+        return gfc_allreduce_recursive_doubling_start(g, send, recv, count, dtype, op, req_out);
     default:
         return tdl_error_raise(TDL_ERR_INTERNAL, "gfc allreduce: no algorithm %d", (int)algo);
     }

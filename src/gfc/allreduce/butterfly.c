@@ -20,6 +20,7 @@ enum { PEND_NONE, PEND_ACCUM, PEND_UNPACK };
 #define BF_STEP_DOUBLE 40 /* + round */
 
 typedef struct {
+    const unsigned char *src; /* this member's values until the first reduction */
     unsigned char *buf, *tmp;
     size_t count, esize;
     gfc_dtype_t dtype;
@@ -121,12 +122,19 @@ static tdl_status_t bf_post_step(gfc_request_t *req, int kind, size_t received)
     size_t n = bf_span(s, s->recv_lo, s->recv_hi);
     if (kind == PEND_UNPACK)
         return bf_unpack(s, s->recv_lo, s->recv_hi, s->tmp, received);
+    const unsigned char *local = s->src + bf_off(s, s->recv_lo) * s->esize;
+    tdl_status_t st;
     if (s->codec) {
-        tdl_status_t st =
-            s->codec->ops->decode_accumulate(s->codec->ctx, s->tmp, received, dst, n);
-        return st == TDL_OK ? TDL_OK : bf_codec_err(s, st, "decode-accumulate");
+        if (local != (const unsigned char *)dst)
+            memcpy(dst, local, n * 4);
+        st = s->codec->ops->decode_accumulate(s->codec->ctx, s->tmp, received, dst, n);
+        if (st != TDL_OK)
+            return bf_codec_err(s, st, "decode-accumulate");
+    } else if ((st = gfc_reduce3(dst, local, s->tmp, n, s->dtype, s->op)) != TDL_OK) {
+        return st;
     }
-    return gfc_reduce_local(dst, s->tmp, n, s->dtype, s->op);
+    s->src = s->buf; /* from here on buf holds every value this member still needs */
+    return TDL_OK;
 }
 
 static tdl_status_t bf_last_received(gfc_request_t *req, const gfc_xfer_t *x)
@@ -142,14 +150,16 @@ static tdl_status_t bf_send(gfc_request_t *req, int peer, uint32_t step, int lo,
                             int contributions)
 {
     bf_state_t *s = req->state;
+    /* Doubling rounds (contributions 0) send finished blocks, which live in buf. */
+    const unsigned char *from = contributions > 0 ? s->src : s->buf;
     if (!s->codec)
-        return gfc_post_send(req, peer, step, s->buf + bf_off(s, lo) * s->esize,
+        return gfc_post_send(req, peer, step, from + bf_off(s, lo) * s->esize,
                              bf_span(s, lo, hi) * s->esize, -1);
     size_t len;
     if (contributions > 0) {
         gfc_codec_hop_t hop = bf_hop(req, contributions, (uint64_t)lo);
         tdl_status_t st =
-            s->codec->ops->encode(s->codec->ctx, &hop, (const float *)(s->buf + bf_off(s, lo) * 4),
+            s->codec->ops->encode(s->codec->ctx, &hop, (const float *)(from + bf_off(s, lo) * 4),
                                   bf_span(s, lo, hi), s->sendbuf, &len);
         if (st != TDL_OK)
             return bf_codec_err(s, st, "encode");
@@ -285,8 +295,8 @@ static void bf_cleanup(gfc_request_t *req)
     free(s->enc_len);
 }
 
-tdl_status_t gfc_allreduce_butterfly_start(gfc_group_t *g, void *buf, size_t count,
-                                           gfc_dtype_t dtype, gfc_redop_t op,
+tdl_status_t gfc_allreduce_butterfly_start(gfc_group_t *g, const void *send, void *recv,
+                                           size_t count, gfc_dtype_t dtype, gfc_redop_t op,
                                            const gfc_codec_t *codec, gfc_request_t **req_out)
 {
     gfc_request_t *req;
@@ -296,7 +306,8 @@ tdl_status_t gfc_allreduce_butterfly_start(gfc_group_t *g, void *buf, size_t cou
     if (st != TDL_OK)
         return st;
     bf_state_t *s = req->state;
-    s->buf = buf;
+    s->src = send;
+    s->buf = recv;
     s->count = count;
     s->esize = gfc_dtype_size(dtype);
     s->dtype = dtype;

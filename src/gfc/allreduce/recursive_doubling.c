@@ -13,6 +13,7 @@ enum { RD_FOLD, RD_CORE, RD_UNFOLD, RD_DONE };
 #define RD_STEP_CORE 2
 
 typedef struct {
+    const unsigned char *src; /* this member's values until the first reduction */
     unsigned char *buf, *tmp;
     size_t count, bytes;
     gfc_dtype_t dtype;
@@ -32,15 +33,16 @@ static tdl_status_t rd_progress(gfc_request_t *req)
             return st;
         if (s->reduce_pending) {
             s->reduce_pending = false;
-            if ((st = gfc_reduce_local(s->buf, s->tmp, s->count, s->dtype, s->op)) != TDL_OK)
+            if ((st = gfc_reduce3(s->buf, s->src, s->tmp, s->count, s->dtype, s->op)) != TDL_OK)
                 return st;
+            s->src = s->buf;
         }
         switch (s->phase) {
         case RD_FOLD:
             s->phase = RD_CORE;
             if (s->f.buddy >= 0) {
                 if (s->f.vrank < 0) {
-                    st = gfc_post_send(req, s->f.buddy, RD_STEP_FOLD, s->buf, s->bytes, -1);
+                    st = gfc_post_send(req, s->f.buddy, RD_STEP_FOLD, s->src, s->bytes, -1);
                     s->phase = RD_UNFOLD;
                 } else {
                     st = gfc_post_recv(req, s->f.buddy, RD_STEP_FOLD, s->tmp, s->bytes, -1);
@@ -59,7 +61,7 @@ static tdl_status_t rd_progress(gfc_request_t *req)
                 int partner = gfc_pof2_member(&s->f, s->f.vrank ^ s->mask);
                 uint32_t step = RD_STEP_CORE + (uint32_t)__builtin_ctz((unsigned)s->mask);
                 if ((st = gfc_post_recv(req, partner, step, s->tmp, s->bytes, -1)) ||
-                    (st = gfc_post_send(req, partner, step, s->buf, s->bytes, -1)))
+                    (st = gfc_post_send(req, partner, step, s->src, s->bytes, -1)))
                     return st;
                 s->reduce_pending = true;
                 s->mask <<= 1;
@@ -82,9 +84,9 @@ static tdl_status_t rd_progress(gfc_request_t *req)
     }
 }
 
-tdl_status_t gfc_allreduce_recursive_doubling_start(gfc_group_t *g, void *buf, size_t count,
-                                                    gfc_dtype_t dtype, gfc_redop_t op,
-                                                    gfc_request_t **req_out)
+tdl_status_t gfc_allreduce_recursive_doubling_start(gfc_group_t *g, const void *send, void *recv,
+                                                    size_t count, gfc_dtype_t dtype,
+                                                    gfc_redop_t op, gfc_request_t **req_out)
 {
     gfc_request_t *req;
     tdl_status_t st = gfc_request_create(g, "allreduce/recursive_doubling", rd_progress,
@@ -92,7 +94,8 @@ tdl_status_t gfc_allreduce_recursive_doubling_start(gfc_group_t *g, void *buf, s
     if (st != TDL_OK)
         return st;
     rd_state_t *s = req->state;
-    s->buf = buf;
+    s->src = send;
+    s->buf = recv;
     s->count = count;
     s->bytes = count * gfc_dtype_size(dtype);
     s->dtype = dtype;

@@ -32,7 +32,8 @@ typedef struct ring_chunk {
 } ring_chunk_t;
 
 typedef struct ring_state {
-    unsigned char *buf;   /* the vector, reduced in place */
+    const unsigned char *src; /* this member's contributions (may be buf) */
+    unsigned char *buf;   /* the result; blocks are written before they are read */
     size_t count, esize, chunk_elems;
     gfc_dtype_t dtype;
     gfc_redop_t op;
@@ -118,7 +119,9 @@ static tdl_status_t raw_send(gfc_request_t *req, int c, int r)
     bool rs = r < req->group.size - 1;
     if (rs)
         s->chunks[c].rs_sends++;
-    return gfc_post_send(req, right(req), ring_step(r, c), s->buf + first * s->esize,
+    /* Round 0 sends the member's own values; later rounds forward sums kept in buf. */
+    const unsigned char *from = r == 0 ? s->src : s->buf;
+    return gfc_post_send(req, right(req), ring_step(r, c), from + first * s->esize,
                          len * s->esize, slot_make(c, rs ? SLOT_RAW : SLOT_AG0));
 }
 
@@ -170,7 +173,8 @@ static tdl_status_t raw_on_done(gfc_request_t *req, const gfc_xfer_t *x)
     if (r < n - 1) {
         size_t first, len;
         chunk_range(req, recv_block(req, r), c, &first, &len);
-        if ((st = gfc_reduce_local(s->buf + first * s->esize, ch->tmp, len, s->dtype, s->op)))
+        if ((st = gfc_reduce3(s->buf + first * s->esize, s->src + first * s->esize, ch->tmp,
+                              len, s->dtype, s->op)))
             return st;
     }
     if (r == n - 2 && s->rs_only)
@@ -237,7 +241,8 @@ static tdl_status_t codec_rs_step(gfc_request_t *req, int c, size_t in_bytes)
     ch->blocked = false;
     size_t first, len;
     chunk_range(req, recv_block(req, r), c, &first, &len);
-    float *local = (float *)(s->buf + first * 4);
+    const float *local = (const float *)(s->src + first * 4);
+    float *result = (float *)(s->buf + first * 4);
     gfc_codec_hop_t hop = ring_hop(req, c, r + 2);
     tdl_status_t st = s->codec->ops->decode_accumulate_encode(
         s->codec->ctx, &hop, ch->tmp, in_bytes, local, len, ch->enc[k], &ch->enc_len[k]);
@@ -245,7 +250,7 @@ static tdl_status_t codec_rs_step(gfc_request_t *req, int c, size_t in_bytes)
         return codec_fail(st, s->codec, "decode-accumulate-encode");
     if (r == n - 2) {
         /* Final sum of the owned block: decode our own encoding, as every other member will. */
-        if ((st = s->codec->ops->decode(s->codec->ctx, ch->enc[k], ch->enc_len[k], local, len)))
+        if ((st = s->codec->ops->decode(s->codec->ctx, ch->enc[k], ch->enc_len[k], result, len)))
             return codec_fail(st, s->codec, "decode");
         if (s->rs_only)
             return chunk_finish(req, c);
@@ -329,7 +334,7 @@ static tdl_status_t ring_first_sends(gfc_request_t *req)
         size_t first, len;
         chunk_range(req, send_block(req, 0), c, &first, &len);
         gfc_codec_hop_t hop = ring_hop(req, c, 1);
-        st = s->codec->ops->encode(s->codec->ctx, &hop, (const float *)(s->buf + first * 4), len,
+        st = s->codec->ops->encode(s->codec->ctx, &hop, (const float *)(s->src + first * 4), len,
                                    ch->enc[0], &ch->enc_len[0]);
         if (st != TDL_OK)
             return codec_fail(st, s->codec, "encode");
@@ -339,7 +344,8 @@ static tdl_status_t ring_first_sends(gfc_request_t *req)
     return st;
 }
 
-tdl_status_t gfc_ring_start(gfc_group_t *g, const char *name, void *buf, size_t count,
+tdl_status_t gfc_ring_start(gfc_group_t *g, const char *name, const void *src, void *buf,
+                            size_t count,
                             gfc_dtype_t dtype, gfc_redop_t op, int shift, bool rs_only, void *out,
                             const gfc_codec_t *codec, gfc_request_t **req_out)
 {
@@ -349,6 +355,7 @@ tdl_status_t gfc_ring_start(gfc_group_t *g, const char *name, void *buf, size_t 
         return st;
     ring_state_t *s = req->state;
     int n = g->size;
+    s->src = src;
     s->buf = buf;
     s->count = count;
     s->dtype = dtype;
@@ -406,12 +413,12 @@ static void ring_cleanup(gfc_request_t *req)
     s->chunks = NULL;
 }
 
-tdl_status_t gfc_allreduce_ring_start(gfc_group_t *g, void *buf, size_t count, gfc_dtype_t dtype,
-                                      gfc_redop_t op, const gfc_codec_t *codec,
+tdl_status_t gfc_allreduce_ring_start(gfc_group_t *g, const void *send, void *recv, size_t count,
+                                      gfc_dtype_t dtype, gfc_redop_t op, const gfc_codec_t *codec,
                                       gfc_request_t **req_out)
 {
-    tdl_status_t st = gfc_ring_start(g, codec ? "allreduce/ring+codec" : "allreduce/ring", buf,
-                                     count, dtype, op, 1, false, NULL, codec, req_out);
+    tdl_status_t st = gfc_ring_start(g, codec ? "allreduce/ring+codec" : "allreduce/ring", send,
+                                     recv, count, dtype, op, 1, false, NULL, codec, req_out);
     if (st == TDL_OK)
         (*req_out)->cleanup = ring_cleanup;
     return st;
@@ -421,7 +428,7 @@ tdl_status_t gfc_ring_reduce_scatter_start(gfc_group_t *g, const char *name, voi
                                            size_t count, gfc_dtype_t dtype, gfc_redop_t op,
                                            int shift, void *out, gfc_request_t **req_out)
 {
-    tdl_status_t st = gfc_ring_start(g, name, buf, count, dtype, op, shift, true, out, NULL,
+    tdl_status_t st = gfc_ring_start(g, name, buf, buf, count, dtype, op, shift, true, out, NULL,
                                      req_out);
     if (st == TDL_OK)
         (*req_out)->cleanup = ring_cleanup;
