@@ -1,7 +1,8 @@
 /* All-reduce: checks the arguments and hands send and recv to the algorithm, which reads the
- * one and writes the other (no copy of send into recv first). AUTO takes recursive doubling for small vectors (latency) and the ring for the rest
- * (bandwidth); a codec needs ring or butterfly. Adding an algorithm: a file beside this one and
- * a case below. */
+ * one and writes the other (no copy of send into recv first). AUTO takes recursive doubling for
+ * small vectors (latency), the butterfly for larger ones on power-of-two groups and the ring on
+ * others (bandwidth); a codec needs ring or butterfly. Adding an algorithm: a file beside this
+ * one and a case below. */
 #include "config.h"
 
 #include <string.h>
@@ -21,6 +22,10 @@ static gfc_allreduce_algo_t allreduce_choose(const gfc_group_t *g, size_t bytes,
      * wins whatever the size. */
     if (bytes <= g->rt->config.small_msg_bytes || bytes / (size_t)g->size < 64)
         return GFC_ALLREDUCE_RECURSIVE_DOUBLING;
+    /* Both move 2(n-1)/n of the vector; the butterfly needs log2(n) rounds instead of 2(n-1),
+     * but on other sizes its fold moves whole vectors: ring there (bench/run gfc-allreduce). */
+    if ((g->size & (g->size - 1)) == 0)
+        return GFC_ALLREDUCE_BUTTERFLY;
     return GFC_ALLREDUCE_RING;
 }
 

@@ -32,11 +32,12 @@ tdl_status_t gfc_alltoallv_start(gfc_group_t *g, const void *send, const size_t 
                                me, send_counts[me], recv_counts[me]);
     if (send == recv)
         return tdl_error_raise(TDL_ERR_INVALID_ARG, "gfc alltoallv: in-place is not supported");
-    if (send_counts[me])
-        memcpy((char *)recv + recv_displs[me] * es, (const char *)send + send_displs[me] * es,
-               send_counts[me] * es);
-    if (n == 1)
+    if (n == 1) {
+        if (send_counts[me])
+            memcpy((char *)recv + recv_displs[me] * es, (const char *)send + send_displs[me] * es,
+                   send_counts[me] * es);
         return gfc_request_create_done(g, "alltoallv", req_out);
+    }
     gfc_request_t *req;
     if ((st = gfc_request_create(g, "alltoallv", alltoall_progress, 0, &req)) != TDL_OK)
         return st;
@@ -54,6 +55,10 @@ tdl_status_t gfc_alltoallv_start(gfc_group_t *g, const void *send, const size_t 
         gfc_request_free(req);
         return st;
     }
+    /* The member's own block is copied while the transfers are under way. */
+    if (send_counts[me])
+        memcpy((char *)recv + recv_displs[me] * es, (const char *)send + send_displs[me] * es,
+               send_counts[me] * es);
     *req_out = req;
     return TDL_OK;
 }
