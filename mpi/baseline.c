@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "mpi/baseline.h"
+#include "mpi/bootstrap.h"
 
 struct mref_comm {
     MPI_Comm comm;
@@ -27,29 +28,18 @@ void mref_set_progress(void (*progress)(void *arg), void *arg)
     mref_progress_arg = arg;
 }
 
-static tdl_status_t mref_check(int rc, const char *what)
-{
-    if (rc == MPI_SUCCESS)
-        return TDL_OK;
-    char msg[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS)
-        snprintf(msg, sizeof(msg), "error %d", rc);
-    return tdl_error_raise(TDL_ERR_MPI, "%s failed: %s", what, msg);
-}
-
 /* Completes a request started by `rc`, turning the progress function meanwhile. */
 static tdl_status_t mref_wait(int rc, MPI_Request *req, const char *what)
 {
     if (rc != MPI_SUCCESS)
-        return mref_check(rc, what);
+        return tdl_boot_check(rc, what);
     if (!mref_progress_fn)
-        return mref_check(MPI_Wait(req, MPI_STATUS_IGNORE), what);
+        return tdl_boot_check(MPI_Wait(req, MPI_STATUS_IGNORE), what);
     for (;;) {
         int done = 0;
         rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
         if (rc != MPI_SUCCESS)
-            return mref_check(rc, what);
+            return tdl_boot_check(rc, what);
         if (done)
             return TDL_OK;
         mref_progress_fn(mref_progress_arg);
@@ -198,14 +188,14 @@ tdl_status_t mref_comm_open(const int *ranks, int n, mref_comm_t **comm_out)
     if (!c)
         return tdl_error_raise(TDL_ERR_NOMEM, "mref: out of memory");
     MPI_Group world, group;
-    tdl_status_t st = mref_check(MPI_Comm_group(MPI_COMM_WORLD, &world), "MPI_Comm_group");
+    tdl_status_t st = tdl_boot_check(MPI_Comm_group(MPI_COMM_WORLD, &world), "MPI_Comm_group");
     if (st != TDL_OK)
         goto err;
-    st = mref_check(MPI_Group_incl(world, n, ranks, &group), "MPI_Group_incl");
+    st = tdl_boot_check(MPI_Group_incl(world, n, ranks, &group), "MPI_Group_incl");
     MPI_Group_free(&world);
     if (st != TDL_OK)
         goto err;
-    st = mref_check(MPI_Comm_create_group(MPI_COMM_WORLD, group, 0, &c->comm),
+    st = tdl_boot_check(MPI_Comm_create_group(MPI_COMM_WORLD, group, 0, &c->comm),
                     "MPI_Comm_create_group");
     MPI_Group_free(&group);
     if (st != TDL_OK)

@@ -3,23 +3,14 @@
 
 #include <limits.h>
 #include <mpi.h>
+
+#include "mpi/bootstrap.h"
 #include <stdlib.h>
 
 #include "mpi/bench_mpi.h"
 
 /* Any tag below MPI_TAG_UB: the benchmark creates one communicator at a time. */
 #define BENCH_MPI_CREATE_TAG 4242
-
-static tdl_status_t bench_mpi_check(int rc, const char *what)
-{
-    if (rc == MPI_SUCCESS)
-        return TDL_OK;
-    char msg[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS)
-        snprintf(msg, sizeof(msg), "error %d", rc);
-    return tdl_error_raise(TDL_ERR_MPI, "%s failed: %s", what, msg);
-}
 
 static tdl_status_t bench_mpi_count(size_t count, const char *what, int *count_out)
 {
@@ -44,10 +35,10 @@ void bench_mpi_progress_set(bench_mpi_progress_fn_t fn, void *arg)
 /* Completes a nonblocking MPI operation, running the progress hook meanwhile. */
 static tdl_status_t bench_mpi_complete(int rc, MPI_Request *req, const char *what)
 {
-    tdl_status_t st = bench_mpi_check(rc, what);
+    tdl_status_t st = tdl_boot_check(rc, what);
     int done = 0;
     while (st == TDL_OK && !done) {
-        st = bench_mpi_check(MPI_Test(req, &done, MPI_STATUS_IGNORE), what);
+        st = tdl_boot_check(MPI_Test(req, &done, MPI_STATUS_IGNORE), what);
         if (!done && bench_mpi_progress_fn != NULL)
             bench_mpi_progress_fn(bench_mpi_progress_arg);
     }
@@ -126,15 +117,15 @@ static tdl_status_t bench_mpi_setup_once(bench_mpi_setup_t how, MPI_Group world_
     tdl_status_t st;
     if (how == BENCH_MPI_SETUP_COMM_SPLIT) {
         int color = pos >= 0 ? 0 : MPI_UNDEFINED;
-        st = bench_mpi_check(MPI_Comm_split(MPI_COMM_WORLD, color, pos, &comm), "MPI_Comm_split");
+        st = tdl_boot_check(MPI_Comm_split(MPI_COMM_WORLD, color, pos, &comm), "MPI_Comm_split");
         if (st != TDL_OK)
             return st;
     } else {
         MPI_Group group;
-        st = bench_mpi_check(MPI_Group_incl(world_group, n, ranks, &group), "MPI_Group_incl");
+        st = tdl_boot_check(MPI_Group_incl(world_group, n, ranks, &group), "MPI_Group_incl");
         if (st != TDL_OK)
             return st;
-        st = bench_mpi_check(
+        st = tdl_boot_check(
             MPI_Comm_create_group(MPI_COMM_WORLD, group, BENCH_MPI_CREATE_TAG, &comm),
             "MPI_Comm_create_group");
         MPI_Group_free(&group);
@@ -143,8 +134,8 @@ static tdl_status_t bench_mpi_setup_once(bench_mpi_setup_t how, MPI_Group world_
     }
     if (comm == MPI_COMM_NULL)
         return TDL_OK;
-    st = bench_mpi_check(MPI_Barrier(comm), "MPI_Barrier(new communicator)");
-    tdl_status_t st_free = bench_mpi_check(MPI_Comm_free(&comm), "MPI_Comm_free");
+    st = tdl_boot_check(MPI_Barrier(comm), "MPI_Barrier(new communicator)");
+    tdl_status_t st_free = tdl_boot_check(MPI_Comm_free(&comm), "MPI_Comm_free");
     return st != TDL_OK ? st : st_free;
 }
 
@@ -162,7 +153,7 @@ tdl_status_t bench_mpi_setup_time(bench_mpi_setup_t how, const int *ranks, int n
     /* A program keeps the world group, so it stays outside the timed loop. */
     MPI_Group world_group;
     tdl_status_t st =
-        bench_mpi_check(MPI_Comm_group(MPI_COMM_WORLD, &world_group), "MPI_Comm_group");
+        tdl_boot_check(MPI_Comm_group(MPI_COMM_WORLD, &world_group), "MPI_Comm_group");
     if (st != TDL_OK)
         return st;
     uint64_t t0 = tdl_clock_ns();
@@ -184,7 +175,7 @@ tdl_status_t bench_mpi_allreduce_f32(const float *send, float *recv, size_t coun
     tdl_status_t st = bench_mpi_count(count, "MPI_Allreduce", &n);
     if (st != TDL_OK)
         return st;
-    return bench_mpi_check(MPI_Allreduce(send, recv, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+    return tdl_boot_check(MPI_Allreduce(send, recv, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
                            "MPI_Allreduce");
 }
 
@@ -197,7 +188,7 @@ tdl_status_t bench_mpi_allreduce_f32_time(const float *send, float *recv, size_t
         return st;
     uint64_t t0 = tdl_clock_ns();
     for (int r = 0; r < reps && st == TDL_OK; r++)
-        st = bench_mpi_check(MPI_Allreduce(send, recv, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+        st = tdl_boot_check(MPI_Allreduce(send, recv, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
                              "MPI_Allreduce");
     uint64_t t1 = tdl_clock_ns();
     if (st != TDL_OK)
@@ -212,7 +203,7 @@ tdl_status_t bench_mpi_alltoall(const void *send, void *recv, size_t bytes_per_p
     tdl_status_t st = bench_mpi_count(bytes_per_peer, "MPI_Alltoall", &n);
     if (st != TDL_OK)
         return st;
-    return bench_mpi_check(MPI_Alltoall(send, n, MPI_BYTE, recv, n, MPI_BYTE, MPI_COMM_WORLD),
+    return tdl_boot_check(MPI_Alltoall(send, n, MPI_BYTE, recv, n, MPI_BYTE, MPI_COMM_WORLD),
                            "MPI_Alltoall");
 }
 
@@ -225,7 +216,7 @@ tdl_status_t bench_mpi_alltoall_time(const void *send, void *recv, size_t bytes_
         return st;
     uint64_t t0 = tdl_clock_ns();
     for (int r = 0; r < reps && st == TDL_OK; r++)
-        st = bench_mpi_check(MPI_Alltoall(send, n, MPI_BYTE, recv, n, MPI_BYTE, MPI_COMM_WORLD),
+        st = tdl_boot_check(MPI_Alltoall(send, n, MPI_BYTE, recv, n, MPI_BYTE, MPI_COMM_WORLD),
                              "MPI_Alltoall");
     uint64_t t1 = tdl_clock_ns();
     if (st != TDL_OK)

@@ -11,7 +11,7 @@
 
 static bool boot_started_mpi;
 
-static tdl_status_t boot_check(int rc, const char *what)
+tdl_status_t tdl_boot_check(int rc, const char *what)
 {
     if (rc == MPI_SUCCESS)
         return TDL_OK;
@@ -28,7 +28,7 @@ tdl_status_t tdl_boot_init(int *argc, char ***argv, tdl_boot_info_t *info_out)
     tdl_status_t st;
     MPI_Initialized(&initialized);
     if (!initialized) {
-        st = boot_check(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided),
+        st = tdl_boot_check(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided),
                         "MPI_Init_thread");
         if (st != TDL_OK)
             return st;
@@ -44,7 +44,7 @@ tdl_status_t tdl_boot_init(int *argc, char ***argv, tdl_boot_info_t *info_out)
     MPI_Comm_rank(MPI_COMM_WORLD, &info.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &info.size);
     MPI_Comm local;
-    st = boot_check(
+    st = tdl_boot_check(
         MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, info.rank, MPI_INFO_NULL, &local),
         "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
     if (st != TDL_OK)
@@ -71,7 +71,7 @@ tdl_status_t tdl_boot_finalize(void)
     if (!boot_started_mpi)
         return TDL_OK;
     boot_started_mpi = false;
-    return boot_check(MPI_Finalize(), "MPI_Finalize");
+    return tdl_boot_check(MPI_Finalize(), "MPI_Finalize");
 }
 
 tdl_status_t tdl_boot_allgatherv(const void *mine, size_t len, tdl_blobs_t *blobs_out)
@@ -92,7 +92,7 @@ tdl_status_t tdl_boot_allgatherv(const void *mine, size_t len, tdl_blobs_t *blob
         goto err;
     }
     int mylen = (int)len;
-    st = boot_check(MPI_Allgather(&mylen, 1, MPI_INT, counts, 1, MPI_INT, MPI_COMM_WORLD),
+    st = tdl_boot_check(MPI_Allgather(&mylen, 1, MPI_INT, counts, 1, MPI_INT, MPI_COMM_WORLD),
                     "MPI_Allgather of blob lengths");
     if (st != TDL_OK)
         goto err;
@@ -112,7 +112,7 @@ tdl_status_t tdl_boot_allgatherv(const void *mine, size_t len, tdl_blobs_t *blob
         st = tdl_error_raise(TDL_ERR_NOMEM, "bootstrap all-gather: cannot hold %zu bytes", total);
         goto err;
     }
-    st = boot_check(
+    st = tdl_boot_check(
         MPI_Allgatherv(mine, mylen, MPI_BYTE, b.data, counts, displs, MPI_BYTE, MPI_COMM_WORLD),
         "MPI_Allgatherv of blobs");
     if (st != TDL_OK)
@@ -130,13 +130,13 @@ err:
 
 tdl_status_t tdl_boot_barrier(void)
 {
-    return boot_check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+    return tdl_boot_check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
 }
 
 tdl_status_t tdl_boot_allreduce_sum_i64(int64_t *value)
 {
     int64_t in = *value, out = 0;
-    tdl_status_t st = boot_check(MPI_Allreduce(&in, &out, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD),
+    tdl_status_t st = tdl_boot_check(MPI_Allreduce(&in, &out, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD),
                                  "MPI_Allreduce");
     if (st == TDL_OK)
         *value = out;

@@ -31,6 +31,8 @@ tdl_status_t tdl_boot_allgatherv(const void *mine, size_t len, tdl_blobs_t *blob
 tdl_status_t tdl_boot_barrier(void);
 /* Sums an int64 across the world: for exit codes and test verdicts. */
 tdl_status_t tdl_boot_allreduce_sum_i64(int64_t *value);
+/* Turns an MPI return code into a status, naming the call: for mpi/'s own files. */
+tdl_status_t tdl_boot_check(int rc, const char *what);
 /* Ends every rank of the job with `code` (MPI_Abort). */
 void tdl_boot_abort(int code) __attribute__((noreturn));
 /* "Open MPI v4.1.4, ..." (MPI_Get_library_version, first line). */

@@ -114,6 +114,10 @@ tdl_status_t gfc_reduce3(void *out, const void *a, const void *b, size_t n, gfc_
                          gfc_redop_t op);
 tdl_status_t gfc_check_count(const char *what, size_t count, gfc_dtype_t dtype);
 
+/* counts[i] = count and displs[i] = i * count for a group of n, in one malloc'd array
+ * (counts first, then displs); NULL when out of memory. */
+size_t *gfc_uniform_layout(int n, size_t count);
+
 /* Splits n elements into `parts` blocks that differ by at most one element. */
 static inline size_t gfc_block_offset(size_t n, int parts, int i)
 {

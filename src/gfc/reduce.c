@@ -1,6 +1,7 @@
 /* Data types, reduction operators, and the local reduction every algorithm uses. */
 #include "config.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "gfc/gfc_internal.h"
@@ -43,6 +44,16 @@ tdl_status_t gfc_allreduce_algo_parse(const char *name, gfc_allreduce_algo_t *al
                            "unknown all-reduce algorithm '%s': use auto, ring, butterfly or "
                            "recursive_doubling",
                            name ? name : "(null)");
+}
+
+size_t *gfc_uniform_layout(int n, size_t count)
+{
+    size_t *cd = malloc(2 * (size_t)n * sizeof(size_t));
+    for (int i = 0; cd && i < n; i++) {
+        cd[i] = count;
+        cd[n + i] = (size_t)i * count;
+    }
+    return cd;
 }
 
 tdl_status_t gfc_check_count(const char *what, size_t count, gfc_dtype_t dtype)

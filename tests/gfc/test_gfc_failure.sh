@@ -10,26 +10,6 @@ trap 'rm -f "$tmp.out" "$tmp.err"' EXIT
 # A hang must end the test, not the CI job.
 TIDAL_TEST_TIMEOUT=${TIDAL_TEST_TIMEOUT:-120}
 
-# relay LABEL FILE RC: re-emits FILE's TAP points under LABEL, then one point for the run.
-relay() {
-    label=$1; file=$2; rc=$3; got=0; plan=""
-    while IFS= read -r line; do
-        case $line in
-        "ok "*) got=$((got + 1)); ok "$label: ${line#ok * - }" ;;
-        "not ok "*) got=$((got + 1)); not_ok "$label: ${line#not ok * - }" ;;
-        "Bail out!"*) not_ok "$label: ${line#Bail out! }" ;;
-        "#"*) echo "$line" ;;
-        1..*) plan=${line#1..} ;;
-        esac
-    done <"$file"
-    if [ "$rc" = 0 ] && [ -n "$plan" ] && [ "$plan" = "$got" ] && [ "$got" -gt 0 ]; then
-        ok "$label: exit 0, $got of $plan points"
-    else
-        not_ok "$label: exit $rc, $got points, plan '${plan}'"
-        [ -s "$tmp.err" ] && tail -n 40 "$tmp.err" | sed 's/^/# stderr: /'
-    fi
-}
-
 for np in 3 4; do
     t0=`date +%s`
     tidal_mpirun $np "$prog" silent >"$tmp.out" 2>"$tmp.err"; rc=$?

@@ -79,13 +79,9 @@ tdl_status_t gfc_alltoall_start(gfc_group_t *g, const void *send, void *recv, si
     tdl_status_t st = gfc_check_count("alltoall", count, dtype);
     if (st != TDL_OK)
         return st;
-    size_t *cd = malloc(2 * (size_t)g->size * sizeof(size_t));
+    size_t *cd = gfc_uniform_layout(g->size, count);
     if (!cd)
         return tdl_error_raise(TDL_ERR_NOMEM, "gfc alltoall: out of memory");
-    for (int i = 0; i < g->size; i++) {
-        cd[i] = count;
-        cd[g->size + i] = (size_t)i * count;
-    }
     st = gfc_alltoallv_start(g, send, cd, cd + g->size, recv, cd, cd + g->size, dtype, req_out);
     free(cd);
     return st;
