@@ -1,0 +1,68 @@
+/* Multi-head self-attention core (timm's Attention between qkv and proj). Per sample and head,
+ * S = Q K^T / sqrt(hd), P = softmax(S), Y = P V, with Q, K, V read in place from the qkv rows
+ * (row stride 3D) so no permutation is copied. */
+#include "config.h"
+
+#include <math.h>
+
+#include "dit/dit_internal.h"
+
+void dit_attention_forward(float *y, float *att, const float *qkv, int b, int t, int d, int heads)
+{
+    int hd = d / heads;
+    float scale = 1.0f / sqrtf((float)hd);
+    for (int s = 0; s < b; s++) {
+        const float *base = qkv + (size_t)s * t * 3 * d;
+        for (int h = 0; h < heads; h++) {
+            const float *q = base + h * hd, *k = base + d + h * hd, *v = base + 2 * d + h * hd;
+            float *p = att + ((size_t)s * heads + h) * t * t;
+            tensor_gemm(false, true, t, t, hd, scale, q, 3 * d, k, 3 * d, 0.0f, p, t);
+            for (int i = 0; i < t; i++) {
+                float *row = p + (size_t)i * t, mx = row[0], sum = 0;
+                for (int j = 1; j < t; j++)
+                    mx = row[j] > mx ? row[j] : mx;
+                for (int j = 0; j < t; j++) {
+                    row[j] = expf(row[j] - mx);
+                    sum += row[j];
+                }
+                float inv = 1.0f / sum;
+                for (int j = 0; j < t; j++)
+                    row[j] *= inv;
+            }
+            tensor_gemm(false, false, t, hd, t, 1.0f, p, t, v, 3 * d, 0.0f,
+                        y + (size_t)s * t * d + h * hd, d);
+        }
+    }
+}
+
+/* dP = dY V^T; dS = P * (dP - rowsum(dP * P)); dQ = dS K / sqrt(hd); dK = dS^T Q / sqrt(hd);
+ * dV = P^T dY */
+void dit_attention_backward(float *dqkv, const float *dy, const float *qkv, const float *att,
+                            float *scratch, int b, int t, int d, int heads)
+{
+    int hd = d / heads;
+    float scale = 1.0f / sqrtf((float)hd);
+    for (int s = 0; s < b; s++) {
+        const float *base = qkv + (size_t)s * t * 3 * d;
+        float *dbase = dqkv + (size_t)s * t * 3 * d;
+        const float *dys = dy + (size_t)s * t * d;
+        for (int h = 0; h < heads; h++) {
+            const float *q = base + h * hd, *k = base + d + h * hd, *v = base + 2 * d + h * hd;
+            float *dq = dbase + h * hd, *dk = dbase + d + h * hd, *dv = dbase + 2 * d + h * hd;
+            const float *p = att + ((size_t)s * heads + h) * t * t;
+            float *dp = scratch;
+            tensor_gemm(false, true, t, t, hd, 1.0f, dys + h * hd, d, v, 3 * d, 0.0f, dp, t);
+            tensor_gemm(true, false, t, hd, t, 1.0f, p, t, dys + h * hd, d, 1.0f, dv, 3 * d);
+            for (int i = 0; i < t; i++) {
+                const float *pr = p + (size_t)i * t;
+                float *dr = dp + (size_t)i * t, dot = 0;
+                for (int j = 0; j < t; j++)
+                    dot += pr[j] * dr[j];
+                for (int j = 0; j < t; j++)
+                    dr[j] = pr[j] * (dr[j] - dot);
+            }
+            tensor_gemm(false, false, t, hd, t, scale, dp, t, k, 3 * d, 1.0f, dq, 3 * d);
+            tensor_gemm(true, false, t, hd, t, scale, dp, t, q, 3 * d, 1.0f, dk, 3 * d);
+        }
+    }
+}

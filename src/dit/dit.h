@@ -1,0 +1,127 @@
+/* dit: the Diffusion Transformer of Peebles & Xie (facebookresearch/DiT models.py), in C.
+ * Parameter names and layouts are exactly the reference's PyTorch state_dict, stored in one
+ * contiguous array (so gradients all-reduce in one call). learn_sigma is off; the objective is
+ * rectified flow (x_t = (1 - t) x0 + t e, the network predicts e - x0), and the timestep
+ * embedder sees t * 1000. */
+#ifndef TIDAL_DIT_H
+#define TIDAL_DIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/core.h"
+#include "tensor/tensor.h"
+
+#define DIT_FREQ_DIM 256     /* timestep embedding frequencies */
+#define DIT_T_SCALE 1000.0f  /* t in [0, 1] is embedded as t * 1000 */
+#define DIT_LN_EPS 1e-6f
+
+typedef struct dit_config {
+    char name[32];
+    int input_size;   /* the training resolution (other grids work too) */
+    int patch_size;
+    int in_channels;
+    int hidden_size;
+    int depth;
+    int num_heads;
+    double mlp_ratio;
+    int num_classes;  /* the label table has one more row: the null class */
+    double class_dropout_prob;
+} dit_config_t;
+
+/* "tiny", "fmnist", and the reference's "DiT-S/2" ... "DiT-XL/8" (also "S/2" ...). */
+tdl_status_t dit_config_named(const char *name, dit_config_t *config_out);
+/* Checks divisibility and ranges; the error names the field. */
+tdl_status_t dit_config_check(const dit_config_t *config);
+/* The names dit_config_named knows, for --help: "tiny|fmnist|DiT-S/2|..." */
+const char *dit_config_names(void);
+int dit_config_mlp_hidden(const dit_config_t *config);
+
+typedef struct dit_param_info {
+    char name[64];     /* "blocks.3.attn.qkv.weight" */
+    int ndim;
+    int shape[4];
+    size_t offset;     /* into the flat parameter array, in floats */
+    size_t numel;
+} dit_param_info_t;
+
+/* Views into the flat arrays for one block (parameters or gradients alike). */
+typedef struct dit_block_view {
+    float *qkv_w, *qkv_b, *proj_w, *proj_b;
+    float *fc1_w, *fc1_b, *fc2_w, *fc2_b;
+    float *ada_w, *ada_b;
+} dit_block_view_t;
+
+typedef struct dit_view {
+    float *patch_w, *patch_b;         /* x_embedder.proj */
+    float *t0_w, *t0_b, *t2_w, *t2_b; /* t_embedder.mlp.0 / .2 */
+    float *label_table;               /* y_embedder.embedding_table */
+    dit_block_view_t *blocks;         /* [depth] */
+    float *final_w, *final_b;         /* final_layer.linear */
+    float *final_ada_w, *final_ada_b; /* final_layer.adaLN_modulation.1 */
+} dit_view_t;
+
+typedef struct dit_acts dit_acts_t;
+
+typedef struct dit_model {
+    dit_config_t config;
+    size_t num_params;
+    float *params;
+    float *grads;
+    dit_param_info_t *infos;
+    int ninfos;
+    dit_view_t p, g;                  /* views of params and grads */
+    int max_batch, max_tokens;
+    tensor_arena_t arena;
+    dit_acts_t *acts;                 /* the last forward's activations */
+    int batch, grid_h, grid_w;        /* shapes of the last forward */
+} dit_model_t;
+
+/* Sizes the activation arena for up to max_batch images of up to max_resolution pixels a side. */
+tdl_status_t dit_model_create(const dit_config_t *config, int max_batch, int max_resolution,
+                              dit_model_t **model_out);
+void dit_model_free(dit_model_t *model);
+/* The reference's initialization: Xavier-uniform linears with zero biases, normal(0.02) label
+ * table and timestep MLP, zeroed adaLN modulations and output layer. Reproducible from seed. */
+void dit_model_init_weights(dit_model_t *model, uint64_t seed);
+const dit_param_info_t *dit_model_param(const dit_model_t *model, const char *name);
+void dit_model_zero_grad(dit_model_t *model);
+
+/* out[B,C,H,W] = model(x[B,C,H,W], t[B], y[B]); y == num_classes is the null class. H and W are
+ * multiples of the patch size; the position embedding follows the grid. Keeps activations. */
+tdl_status_t dit_model_forward(dit_model_t *model, const float *x, const float *t, const int *y,
+                               int batch, int height, int width, float *out);
+/* Adds d(loss)/d(params) to model->grads, given d(loss)/d(out) of the last forward. */
+tdl_status_t dit_model_backward(dit_model_t *model, const float *dout);
+
+/* Rectified flow: x_t = (1 - t) x0 + t noise and target = noise - x0, per sample. */
+void dit_rf_interpolate(const float *x0, const float *noise, const float *t, int batch,
+                        size_t per_sample, float *x_t, float *target);
+/* Mean squared error over n values; dout (may be NULL) gets its gradient. */
+double dit_mse_loss(const float *out, const float *target, size_t n, float *dout);
+
+#endif /* TIDAL_DIT_H */
+
+/* ---- sampling ----------------------------------------------------------------------------- */
+
+typedef enum { DIT_SAMPLER_EULER = 0, DIT_SAMPLER_HEUN } dit_sampler_kind_t;
+
+typedef struct dit_sample_opts {
+    dit_sampler_kind_t kind;
+    int steps;          /* integration steps from t = 1 (noise) to t = 0 (data) */
+    float cfg_scale;    /* 1: no guidance; v = v_uncond + s (v_cond - v_uncond) */
+    uint64_t seed;      /* image i's noise is stream i of this seed */
+} dit_sample_opts_t;
+
+tdl_status_t dit_sampler_parse(const char *name, dit_sampler_kind_t *kind_out);
+/* One integration step of the rectified-flow ODE dx/dt = v(x, t) from t_from down to t_to, in
+ * place on x[n, C, H, W]. labels[i] == num_classes (or < 0) is unconditional. Runs the model on
+ * batches of up to max_batch (conditional and unconditional halves together when guided). */
+tdl_status_t dit_sampler_step(dit_model_t *model, float *x, const int *labels, int n, int height,
+                              int width, float t_from, float t_to, dit_sampler_kind_t kind,
+                              float cfg_scale);
+/* Fills x[n, C, H, W] with the noise of the given seed (stream = first_index + i). */
+void dit_sampler_noise(float *x, int n, size_t per_image, uint64_t seed, uint64_t first_index);
+/* Noise, then opts->steps steps: out[n, C, H, W] in the data range. Deterministic per seed. */
+tdl_status_t dit_sample(dit_model_t *model, const int *labels, int n, int height, int width,
+                        const dit_sample_opts_t *opts, float *out);

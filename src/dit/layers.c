@@ -1,0 +1,155 @@
+/* Element-wise and normalization layers of the DiT, each a forward/backward pair. Gradients are
+ * accumulated (+=) so that branches that meet simply add. */
+#include "config.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "dit/dit_internal.h"
+
+/* ---- LayerNorm without affine: y = (x - mean) * rstd ------------------------------------- */
+
+void dit_layernorm_forward(float *out, float *mean, float *rstd, const float *in, int n, int d)
+{
+    for (int i = 0; i < n; i++) {
+        const float *x = in + (size_t)i * d;
+        float *y = out + (size_t)i * d;
+        double m = 0, v = 0;
+        for (int j = 0; j < d; j++)
+            m += x[j];
+        m /= d;
+        for (int j = 0; j < d; j++)
+            v += (x[j] - m) * (x[j] - m);
+        v /= d;
+        float r = (float)(1.0 / sqrt(v + DIT_LN_EPS));
+        for (int j = 0; j < d; j++)
+            y[j] = (float)(x[j] - m) * r;
+        mean[i] = (float)m;
+        rstd[i] = r;
+    }
+}
+
+/* dx = rstd * (dy - mean(dy) - xhat * mean(dy * xhat)) */
+void dit_layernorm_backward(float *din, const float *dout, const float *in, const float *mean,
+                            const float *rstd, int n, int d)
+{
+    for (int i = 0; i < n; i++) {
+        const float *x = in + (size_t)i * d, *dy = dout + (size_t)i * d;
+        float *dx = din + (size_t)i * d;
+        float m = mean[i], r = rstd[i];
+        double sdy = 0, sdyx = 0;
+        for (int j = 0; j < d; j++) {
+            float xh = (x[j] - m) * r;
+            sdy += dy[j];
+            sdyx += dy[j] * xh;
+        }
+        float mdy = (float)(sdy / d), mdyx = (float)(sdyx / d);
+        for (int j = 0; j < d; j++) {
+            float xh = (x[j] - m) * r;
+            dx[j] += r * (dy[j] - mdy - xh * mdyx);
+        }
+    }
+}
+
+/* ---- adaLN modulation: y = x * (1 + scale) + shift, per sample --------------------------- */
+
+void dit_modulate_forward(float *out, const float *in, const float *shift, const float *scale,
+                          int stride, int b, int t, int d)
+{
+    for (int s = 0; s < b; s++) {
+        const float *sh = shift + (size_t)s * stride, *sc = scale + (size_t)s * stride;
+        for (int k = 0; k < t; k++) {
+            size_t row = ((size_t)s * t + k) * d;
+            for (int j = 0; j < d; j++)
+                out[row + j] = in[row + j] * (1.0f + sc[j]) + sh[j];
+        }
+    }
+}
+
+void dit_modulate_backward(float *din, float *dshift, float *dscale, const float *dout,
+                           const float *in, const float *scale, int stride, int b, int t, int d)
+{
+    for (int s = 0; s < b; s++) {
+        const float *sc = scale + (size_t)s * stride;
+        float *dsh = dshift + (size_t)s * stride, *dsc = dscale + (size_t)s * stride;
+        for (int k = 0; k < t; k++) {
+            size_t row = ((size_t)s * t + k) * d;
+            for (int j = 0; j < d; j++) {
+                float g = dout[row + j];
+                din[row + j] += g * (1.0f + sc[j]);
+                dsh[j] += g;
+                dsc[j] += g * in[row + j];
+            }
+        }
+    }
+}
+
+/* ---- gated residual: y = x + gate * f(x) --------------------------------------------------- */
+
+void dit_gate_residual_forward(float *out, const float *x, const float *gate, const float *y,
+                               int stride, int b, int t, int d)
+{
+    for (int s = 0; s < b; s++) {
+        const float *g = gate + (size_t)s * stride;
+        for (int k = 0; k < t; k++) {
+            size_t row = ((size_t)s * t + k) * d;
+            for (int j = 0; j < d; j++)
+                out[row + j] = x[row + j] + g[j] * y[row + j];
+        }
+    }
+}
+
+void dit_gate_residual_backward(float *dx, float *dy, float *dgate, const float *dout,
+                                const float *gate, const float *y, int stride, int b, int t, int d)
+{
+    for (int s = 0; s < b; s++) {
+        const float *g = gate + (size_t)s * stride;
+        float *dg = dgate + (size_t)s * stride;
+        for (int k = 0; k < t; k++) {
+            size_t row = ((size_t)s * t + k) * d;
+            for (int j = 0; j < d; j++) {
+                float go = dout[row + j];
+                dx[row + j] += go;
+                dy[row + j] += g[j] * go;
+                dg[j] += go * y[row + j];
+            }
+        }
+    }
+}
+
+/* ---- activations ---------------------------------------------------------------------------- */
+
+void dit_silu_forward(float *out, const float *in, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = in[i] / (1.0f + expf(-in[i]));
+}
+
+void dit_silu_backward(float *din, const float *dout, const float *in, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float s = 1.0f / (1.0f + expf(-in[i]));
+        din[i] += dout[i] * s * (1.0f + in[i] * (1.0f - s));
+    }
+}
+
+#define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
+
+void dit_gelu_forward(float *out, const float *in, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float x = in[i];
+        out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
+    }
+}
+
+void dit_gelu_backward(float *din, const float *dout, const float *in, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float x = in[i];
+        float u = GELU_K * (x + 0.044715f * x * x * x);
+        float th = tanhf(u);
+        float du = GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+        din[i] += dout[i] * (0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du);
+    }
+}

@@ -1,0 +1,481 @@
+/* The DiT model: its parameter table, its activations, and forward and backward as short lists
+ * of layer calls. */
+#include "config.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dit/dit_internal.h"
+
+/* ---- parameters ---------------------------------------------------------------------------- */
+
+static void param_add(dit_model_t *m, size_t *offset, const char *name, int ndim, int s0, int s1,
+                      int s2, int s3)
+{
+    dit_param_info_t *p = &m->infos[m->ninfos++];
+    snprintf(p->name, sizeof(p->name), "%s", name);
+    p->ndim = ndim;
+    int s[4] = {s0, s1, s2, s3};
+    p->numel = 1;
+    for (int i = 0; i < 4; i++) {
+        p->shape[i] = i < ndim ? s[i] : 1;
+        p->numel *= (size_t)p->shape[i];
+    }
+    p->offset = *offset;
+    *offset += p->numel;
+}
+
+/* The reference's state_dict, in its order. */
+static void params_layout(dit_model_t *m)
+{
+    const dit_config_t *c = &m->config;
+    int d = c->hidden_size, mh = dit_config_mlp_hidden(c), p = c->patch_size;
+    int pd = p * p * c->in_channels;
+    size_t off = 0;
+    char n[64];
+    m->ninfos = 0;
+    param_add(m, &off, "x_embedder.proj.weight", 4, d, c->in_channels, p, p);
+    param_add(m, &off, "x_embedder.proj.bias", 1, d, 0, 0, 0);
+    param_add(m, &off, "t_embedder.mlp.0.weight", 2, d, DIT_FREQ_DIM, 0, 0);
+    param_add(m, &off, "t_embedder.mlp.0.bias", 1, d, 0, 0, 0);
+    param_add(m, &off, "t_embedder.mlp.2.weight", 2, d, d, 0, 0);
+    param_add(m, &off, "t_embedder.mlp.2.bias", 1, d, 0, 0, 0);
+    param_add(m, &off, "y_embedder.embedding_table.weight", 2, c->num_classes + 1, d, 0, 0);
+    for (int l = 0; l < c->depth; l++) {
+        static const char *const names[] = {
+            "attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight", "attn.proj.bias",
+            "mlp.fc1.weight", "mlp.fc1.bias", "mlp.fc2.weight", "mlp.fc2.bias",
+            "adaLN_modulation.1.weight", "adaLN_modulation.1.bias"};
+        const int shapes[][2] = {{3 * d, d}, {3 * d, 0}, {d, d}, {d, 0}, {mh, d},
+                                 {mh, 0},    {d, mh},    {d, 0}, {6 * d, d}, {6 * d, 0}};
+        for (int i = 0; i < 10; i++) {
+            snprintf(n, sizeof(n), "blocks.%d.%s", l, names[i]);
+            param_add(m, &off, n, shapes[i][1] ? 2 : 1, shapes[i][0], shapes[i][1], 0, 0);
+        }
+    }
+    param_add(m, &off, "final_layer.linear.weight", 2, pd, d, 0, 0);
+    param_add(m, &off, "final_layer.linear.bias", 1, pd, 0, 0, 0);
+    param_add(m, &off, "final_layer.adaLN_modulation.1.weight", 2, 2 * d, d, 0, 0);
+    param_add(m, &off, "final_layer.adaLN_modulation.1.bias", 1, 2 * d, 0, 0, 0);
+    m->num_params = off;
+}
+
+/* Points a view's fields at base + offset of each tensor, in params_layout's order. */
+static void view_bind(dit_model_t *m, dit_view_t *v, float *base)
+{
+    int k = 0;
+#define NEXT() (base + m->infos[k++].offset)
+    v->patch_w = NEXT(), v->patch_b = NEXT();
+    v->t0_w = NEXT(), v->t0_b = NEXT(), v->t2_w = NEXT(), v->t2_b = NEXT();
+    v->label_table = NEXT();
+    for (int l = 0; l < m->config.depth; l++) {
+        dit_block_view_t *b = &v->blocks[l];
+        b->qkv_w = NEXT(), b->qkv_b = NEXT(), b->proj_w = NEXT(), b->proj_b = NEXT();
+        b->fc1_w = NEXT(), b->fc1_b = NEXT(), b->fc2_w = NEXT(), b->fc2_b = NEXT();
+        b->ada_w = NEXT(), b->ada_b = NEXT();
+    }
+    v->final_w = NEXT(), v->final_b = NEXT(), v->final_ada_w = NEXT(), v->final_ada_b = NEXT();
+#undef NEXT
+}
+
+const dit_param_info_t *dit_model_param(const dit_model_t *m, const char *name)
+{
+    for (int i = 0; i < m->ninfos; i++)
+        if (strcmp(m->infos[i].name, name) == 0)
+            return &m->infos[i];
+    return NULL;
+}
+
+void dit_model_zero_grad(dit_model_t *m)
+{
+    memset(m->grads, 0, m->num_params * sizeof(float));
+}
+
+/* ---- activations --------------------------------------------------------------------------- */
+
+typedef struct block_acts {
+    float *mod;                    /* [B,6D] shift, scale, gate (msa), shift, scale, gate (mlp) */
+    float *ln1, *ln1_mean, *ln1_rstd, *m1, *qkv, *att, *atty, *attn_out, *x1;
+    float *ln2, *ln2_mean, *ln2_rstd, *m2, *fc1, *gelu, *fc2, *out;
+} block_acts_t;
+
+struct dit_acts {
+    float *patches, *pos, *x0, *freq, *t_h, *t_act, *t_emb, *c, *c_silu;
+    block_acts_t *blocks;
+    float *modf, *lnf, *lnf_mean, *lnf_rstd, *mf, *tok;
+    int *y;
+    /* backward */
+    float *dtok, *dmf, *dlnf, *dx, *dx_in, *dmodf, *dc_silu, *dc, *dt_act, *dt_h;
+    float *dfc2, *dgelu, *dfc1, *dm2, *dln2, *dx1, *dattn, *datty, *dqkv, *dm1, *dln1, *dmod;
+    float *att_scratch;
+};
+
+typedef struct {
+    tensor_arena_t *arena; /* NULL: only count */
+    size_t count;
+    bool ok;
+} acts_alloc_t;
+
+static float *take(acts_alloc_t *a, size_t n)
+{
+    if (!a->arena) {
+        a->count = ((a->count + 15) & ~(size_t)15) + n;
+        return NULL;
+    }
+    float *p = tensor_arena_alloc(a->arena, n);
+    a->ok &= p != NULL;
+    return p;
+}
+
+/* Lays out every activation for batch b and t tokens; with a NULL arena, just counts floats. */
+static void acts_plan(const dit_model_t *m, dit_acts_t *s, acts_alloc_t *a, int b, int t)
+{
+    const dit_config_t *c = &m->config;
+    size_t d = (size_t)c->hidden_size, mh = (size_t)dit_config_mlp_hidden(c);
+    size_t bt = (size_t)b * t, pd = (size_t)c->patch_size * c->patch_size * c->in_channels;
+    s->patches = take(a, bt * pd);
+    s->pos = take(a, (size_t)t * d);
+    s->x0 = take(a, bt * d);
+    s->freq = take(a, (size_t)b * DIT_FREQ_DIM);
+    s->t_h = take(a, b * d), s->t_act = take(a, b * d), s->t_emb = take(a, b * d);
+    s->c = take(a, b * d), s->c_silu = take(a, b * d);
+    for (int l = 0; l < c->depth; l++) {
+        block_acts_t *k = &s->blocks[l];
+        k->mod = take(a, b * 6 * d);
+        k->ln1 = take(a, bt * d), k->ln1_mean = take(a, bt), k->ln1_rstd = take(a, bt);
+        k->m1 = take(a, bt * d), k->qkv = take(a, bt * 3 * d);
+        k->att = take(a, (size_t)b * c->num_heads * t * t);
+        k->atty = take(a, bt * d), k->attn_out = take(a, bt * d), k->x1 = take(a, bt * d);
+        k->ln2 = take(a, bt * d), k->ln2_mean = take(a, bt), k->ln2_rstd = take(a, bt);
+        k->m2 = take(a, bt * d), k->fc1 = take(a, bt * mh), k->gelu = take(a, bt * mh);
+        k->fc2 = take(a, bt * d), k->out = take(a, bt * d);
+    }
+    s->modf = take(a, b * 2 * d);
+    s->lnf = take(a, bt * d), s->lnf_mean = take(a, bt), s->lnf_rstd = take(a, bt);
+    s->mf = take(a, bt * d), s->tok = take(a, bt * pd);
+    s->dtok = take(a, bt * pd), s->dmf = take(a, bt * d), s->dlnf = take(a, bt * d);
+    s->dx = take(a, bt * d), s->dx_in = take(a, bt * d), s->dmodf = take(a, b * 2 * d);
+    s->dc_silu = take(a, b * d), s->dc = take(a, b * d), s->dt_act = take(a, b * d);
+    s->dt_h = take(a, b * d);
+    s->dfc2 = take(a, bt * d), s->dgelu = take(a, bt * mh), s->dfc1 = take(a, bt * mh);
+    s->dm2 = take(a, bt * d), s->dln2 = take(a, bt * d), s->dx1 = take(a, bt * d);
+    s->dattn = take(a, bt * d), s->datty = take(a, bt * d), s->dqkv = take(a, bt * 3 * d);
+    s->dm1 = take(a, bt * d), s->dln1 = take(a, bt * d), s->dmod = take(a, b * 6 * d);
+    s->att_scratch = take(a, (size_t)t * t);
+}
+
+tdl_status_t dit_model_create(const dit_config_t *config, int max_batch, int max_resolution,
+                              dit_model_t **model_out)
+{
+    tdl_status_t st = dit_config_check(config);
+    if (st != TDL_OK)
+        return st;
+    if (max_batch < 1 || max_resolution < config->patch_size ||
+        max_resolution % config->patch_size)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                               "DiT: batch %d and resolution %d must be positive, the resolution a "
+                               "multiple of patch %d",
+                               max_batch, max_resolution, config->patch_size);
+    dit_model_t *m = calloc(1, sizeof(*m));
+    if (!m)
+        return tdl_error_raise(TDL_ERR_NOMEM, "DiT: out of memory");
+    m->config = *config;
+    m->max_batch = max_batch;
+    int g = max_resolution / config->patch_size;
+    m->max_tokens = g * g;
+    m->infos = calloc((size_t)(11 + 10 * config->depth), sizeof(*m->infos));
+    m->p.blocks = calloc((size_t)config->depth, sizeof(dit_block_view_t));
+    m->g.blocks = calloc((size_t)config->depth, sizeof(dit_block_view_t));
+    m->acts = calloc(1, sizeof(dit_acts_t));
+    if (m->acts)
+        m->acts->blocks = calloc((size_t)config->depth, sizeof(block_acts_t));
+    if (!m->infos || !m->p.blocks || !m->g.blocks || !m->acts || !m->acts->blocks)
+        goto err_nomem;
+    params_layout(m);
+    m->params = tensor_alloc(m->num_params);
+    m->grads = tensor_alloc(m->num_params);
+    m->acts->y = calloc((size_t)max_batch, sizeof(int));
+    if (!m->params || !m->grads || !m->acts->y)
+        goto err_nomem;
+    view_bind(m, &m->p, m->params);
+    view_bind(m, &m->g, m->grads);
+    acts_alloc_t count = {.arena = NULL};
+    acts_plan(m, m->acts, &count, max_batch, m->max_tokens);
+    if ((st = tensor_arena_init(&m->arena, count.count + 64)) != TDL_OK) {
+        dit_model_free(m);
+        return st;
+    }
+    *model_out = m;
+    return TDL_OK;
+err_nomem:
+    dit_model_free(m);
+    return tdl_error_raise(TDL_ERR_NOMEM, "DiT %s: out of memory", config->name);
+}
+
+void dit_model_free(dit_model_t *m)
+{
+    if (!m)
+        return;
+    tensor_arena_free(&m->arena);
+    if (m->acts) {
+        free(m->acts->y);
+        free(m->acts->blocks);
+        free(m->acts);
+    }
+    free(m->grads);
+    free(m->params);
+    free(m->g.blocks);
+    free(m->p.blocks);
+    free(m->infos);
+    free(m);
+}
+
+/* ---- initialization ------------------------------------------------------------------------ */
+
+static void init_xavier(float *w, int fan_out, int fan_in, tdl_rng_t *rng)
+{
+    float a = sqrtf(6.0f / (float)(fan_in + fan_out));
+    for (size_t i = 0; i < (size_t)fan_out * fan_in; i++)
+        w[i] = (2.0f * tdl_rng_uniform(rng) - 1.0f) * a;
+}
+
+static void init_normal(float *w, size_t n, float std, tdl_rng_t *rng)
+{
+    for (size_t i = 0; i < n; i++)
+        w[i] = std * tdl_rng_normal(rng);
+}
+
+void dit_model_init_weights(dit_model_t *m, uint64_t seed)
+{
+    const dit_config_t *c = &m->config;
+    int d = c->hidden_size, mh = dit_config_mlp_hidden(c);
+    int pdim = c->in_channels * c->patch_size * c->patch_size;
+    tdl_rng_t rng;
+    tdl_rng_init(&rng, seed, 0x646974696e6974ull /* "ditinit" */);
+    memset(m->params, 0, m->num_params * sizeof(float)); /* biases, adaLN and output: zero */
+    dit_view_t *v = &m->p;
+    init_xavier(v->patch_w, d, pdim, &rng); /* on the weight viewed as [D, C*p*p] */
+    init_normal(v->label_table, (size_t)(c->num_classes + 1) * d, 0.02f, &rng);
+    init_normal(v->t0_w, (size_t)d * DIT_FREQ_DIM, 0.02f, &rng);
+    init_normal(v->t2_w, (size_t)d * d, 0.02f, &rng);
+    for (int l = 0; l < c->depth; l++) {
+        dit_block_view_t *b = &v->blocks[l];
+        init_xavier(b->qkv_w, 3 * d, d, &rng);
+        init_xavier(b->proj_w, d, d, &rng);
+        init_xavier(b->fc1_w, mh, d, &rng);
+        init_xavier(b->fc2_w, d, mh, &rng);
+    }
+}
+
+/* ---- forward ------------------------------------------------------------------------------- */
+
+tdl_status_t dit_model_forward(dit_model_t *m, const float *x, const float *t, const int *y,
+                               int b, int h, int w, float *out)
+{
+    const dit_config_t *c = &m->config;
+    int p = c->patch_size, d = c->hidden_size, mh = dit_config_mlp_hidden(c);
+    int pd = p * p * c->in_channels, nh = c->num_heads;
+    if (b < 1 || b > m->max_batch || h % p || w % p || h < p || w < p ||
+        (h / p) * (w / p) > m->max_tokens)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                               "DiT forward: batch %d of %dx%d does not fit (batch <= %d, sides "
+                               "multiples of %d, at most %d tokens)",
+                               b, h, w, m->max_batch, p, m->max_tokens);
+    for (int s = 0; s < b; s++)
+        if (y[s] < 0 || y[s] > c->num_classes)
+            return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                                   "DiT forward: label %d of sample %d is outside [0, %d]", y[s],
+                                   s, c->num_classes);
+    int gh = h / p, gw = w / p, t_ = gh * gw, bt = b * t_;
+    dit_acts_t *a = m->acts;
+    acts_alloc_t al = {.arena = &m->arena, .ok = true};
+    tensor_arena_reset(&m->arena);
+    acts_plan(m, a, &al, b, t_);
+    if (!al.ok)
+        return tdl_error_raise(TDL_ERR_INTERNAL, "DiT forward: activation arena too small");
+    m->batch = b, m->grid_h = gh, m->grid_w = gw;
+    memcpy(a->y, y, (size_t)b * sizeof(int));
+    const dit_view_t *v = &m->p;
+
+    /* tokens: patch embedding + position */
+    dit_patchify(a->patches, x, b, c->in_channels, h, w, p);
+    tensor_linear_forward(a->x0, a->patches, v->patch_w, v->patch_b, bt, pd, d);
+    dit_pos_embed(a->pos, gh, gw, d);
+    for (int s = 0; s < b; s++)
+        for (size_t i = 0; i < (size_t)t_ * d; i++)
+            a->x0[(size_t)s * t_ * d + i] += a->pos[i];
+
+    /* conditioning: c = MLP(freq(t)) + table[y] */
+    dit_timestep_embedding(a->freq, t, b);
+    tensor_linear_forward(a->t_h, a->freq, v->t0_w, v->t0_b, b, DIT_FREQ_DIM, d);
+    dit_silu_forward(a->t_act, a->t_h, (size_t)b * d);
+    tensor_linear_forward(a->t_emb, a->t_act, v->t2_w, v->t2_b, b, d, d);
+    for (int s = 0; s < b; s++)
+        for (int j = 0; j < d; j++)
+            a->c[(size_t)s * d + j] =
+                a->t_emb[(size_t)s * d + j] + v->label_table[(size_t)y[s] * d + j];
+    dit_silu_forward(a->c_silu, a->c, (size_t)b * d);
+
+    /* blocks */
+    const float *xin = a->x0;
+    for (int l = 0; l < c->depth; l++) {
+        const dit_block_view_t *bv = &v->blocks[l];
+        block_acts_t *k = &a->blocks[l];
+        float *mod = k->mod;
+        tensor_linear_forward(mod, a->c_silu, bv->ada_w, bv->ada_b, b, d, 6 * d);
+        dit_layernorm_forward(k->ln1, k->ln1_mean, k->ln1_rstd, xin, bt, d);
+        dit_modulate_forward(k->m1, k->ln1, mod, mod + d, 6 * d, b, t_, d);
+        tensor_linear_forward(k->qkv, k->m1, bv->qkv_w, bv->qkv_b, bt, d, 3 * d);
+        dit_attention_forward(k->atty, k->att, k->qkv, b, t_, d, nh);
+        tensor_linear_forward(k->attn_out, k->atty, bv->proj_w, bv->proj_b, bt, d, d);
+        dit_gate_residual_forward(k->x1, xin, mod + 2 * d, k->attn_out, 6 * d, b, t_, d);
+        dit_layernorm_forward(k->ln2, k->ln2_mean, k->ln2_rstd, k->x1, bt, d);
+        dit_modulate_forward(k->m2, k->ln2, mod + 3 * d, mod + 4 * d, 6 * d, b, t_, d);
+        tensor_linear_forward(k->fc1, k->m2, bv->fc1_w, bv->fc1_b, bt, d, mh);
+        dit_gelu_forward(k->gelu, k->fc1, (size_t)bt * mh);
+        tensor_linear_forward(k->fc2, k->gelu, bv->fc2_w, bv->fc2_b, bt, mh, d);
+        dit_gate_residual_forward(k->out, k->x1, mod + 5 * d, k->fc2, 6 * d, b, t_, d);
+        xin = k->out;
+    }
+
+    /* final layer and unpatchify */
+    tensor_linear_forward(a->modf, a->c_silu, v->final_ada_w, v->final_ada_b, b, d, 2 * d);
+    dit_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, xin, bt, d);
+    dit_modulate_forward(a->mf, a->lnf, a->modf, a->modf + d, 2 * d, b, t_, d);
+    tensor_linear_forward(a->tok, a->mf, v->final_w, v->final_b, bt, d, pd);
+    dit_unpatchify(out, a->tok, b, c->in_channels, h, w, p);
+    return TDL_OK;
+}
+
+/* ---- backward ------------------------------------------------------------------------------ */
+
+static void zero(float *p, size_t n)
+{
+    memset(p, 0, n * sizeof(float));
+}
+
+tdl_status_t dit_model_backward(dit_model_t *m, const float *dout)
+{
+    const dit_config_t *c = &m->config;
+    int b = m->batch;
+    if (b < 1)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "DiT backward: no forward pass to go back on");
+    int p = c->patch_size, d = c->hidden_size, mh = dit_config_mlp_hidden(c);
+    int pd = p * p * c->in_channels, nh = c->num_heads;
+    int t_ = m->grid_h * m->grid_w, bt = b * t_;
+    int h = m->grid_h * p, w = m->grid_w * p;
+    dit_acts_t *a = m->acts;
+    const dit_view_t *v = &m->p;
+    dit_view_t *gv = &m->g;
+    size_t btd = (size_t)bt * d;
+
+    /* final layer */
+    zero(a->dtok, (size_t)bt * pd);
+    dit_unpatchify_backward(a->dtok, dout, b, c->in_channels, h, w, p);
+    zero(a->dmf, btd);
+    tensor_linear_backward(a->dmf, gv->final_w, gv->final_b, a->dtok, a->mf, v->final_w, bt, d, pd);
+    zero(a->dlnf, btd);
+    zero(a->dmodf, (size_t)b * 2 * d);
+    dit_modulate_backward(a->dlnf, a->dmodf, a->dmodf + d, a->dmf, a->lnf, a->modf + d, 2 * d, b,
+                          t_, d);
+    const float *xlast = c->depth ? a->blocks[c->depth - 1].out : a->x0;
+    zero(a->dx, btd);
+    dit_layernorm_backward(a->dx, a->dlnf, xlast, a->lnf_mean, a->lnf_rstd, bt, d);
+    zero(a->dc_silu, (size_t)b * d);
+    tensor_linear_backward(a->dc_silu, gv->final_ada_w, gv->final_ada_b, a->dmodf, a->c_silu,
+                           v->final_ada_w, b, d, 2 * d);
+
+    /* blocks, last first; a->dx holds d(loss)/d(block output) */
+    for (int l = c->depth - 1; l >= 0; l--) {
+        const dit_block_view_t *bv = &v->blocks[l];
+        dit_block_view_t *gb = &gv->blocks[l];
+        block_acts_t *k = &a->blocks[l];
+        const float *xin = l ? a->blocks[l - 1].out : a->x0;
+        float *mod = k->mod;
+        zero(a->dmod, (size_t)b * 6 * d);
+        /* x_out = x1 + gate_mlp * mlp(modulate(LN(x1))) */
+        zero(a->dx1, btd);
+        zero(a->dfc2, btd);
+        dit_gate_residual_backward(a->dx1, a->dfc2, a->dmod + 5 * d, a->dx, mod + 5 * d, k->fc2,
+                                   6 * d, b, t_, d);
+        zero(a->dgelu, (size_t)bt * mh);
+        tensor_linear_backward(a->dgelu, gb->fc2_w, gb->fc2_b, a->dfc2, k->gelu, bv->fc2_w, bt, mh,
+                               d);
+        zero(a->dfc1, (size_t)bt * mh);
+        dit_gelu_backward(a->dfc1, a->dgelu, k->fc1, (size_t)bt * mh);
+        zero(a->dm2, btd);
+        tensor_linear_backward(a->dm2, gb->fc1_w, gb->fc1_b, a->dfc1, k->m2, bv->fc1_w, bt, d, mh);
+        zero(a->dln2, btd);
+        dit_modulate_backward(a->dln2, a->dmod + 3 * d, a->dmod + 4 * d, a->dm2, k->ln2,
+                              mod + 4 * d, 6 * d, b, t_, d);
+        dit_layernorm_backward(a->dx1, a->dln2, k->x1, k->ln2_mean, k->ln2_rstd, bt, d);
+        /* x1 = x + gate_msa * attn(modulate(LN(x))) */
+        zero(a->dx_in, btd);
+        zero(a->dattn, btd);
+        dit_gate_residual_backward(a->dx_in, a->dattn, a->dmod + 2 * d, a->dx1, mod + 2 * d,
+                                   k->attn_out, 6 * d, b, t_, d);
+        zero(a->datty, btd);
+        tensor_linear_backward(a->datty, gb->proj_w, gb->proj_b, a->dattn, k->atty, bv->proj_w, bt,
+                               d, d);
+        zero(a->dqkv, btd * 3);
+        dit_attention_backward(a->dqkv, a->datty, k->qkv, k->att, a->att_scratch, b, t_, d, nh);
+        zero(a->dm1, btd);
+        tensor_linear_backward(a->dm1, gb->qkv_w, gb->qkv_b, a->dqkv, k->m1, bv->qkv_w, bt, d,
+                               3 * d);
+        zero(a->dln1, btd);
+        dit_modulate_backward(a->dln1, a->dmod, a->dmod + d, a->dm1, k->ln1, mod + d, 6 * d, b, t_,
+                              d);
+        dit_layernorm_backward(a->dx_in, a->dln1, xin, k->ln1_mean, k->ln1_rstd, bt, d);
+        /* modulation parameters from c */
+        tensor_linear_backward(a->dc_silu, gb->ada_w, gb->ada_b, a->dmod, a->c_silu, bv->ada_w, b,
+                               d, 6 * d);
+        float *tmp = a->dx;
+        a->dx = a->dx_in;
+        a->dx_in = tmp;
+    }
+
+    /* tokens: the patch embedding (the image itself needs no gradient) */
+    tensor_linear_backward(NULL, gv->patch_w, gv->patch_b, a->dx, a->patches, v->patch_w, bt, pd,
+                           d);
+
+    /* conditioning */
+    zero(a->dc, (size_t)b * d);
+    dit_silu_backward(a->dc, a->dc_silu, a->c, (size_t)b * d);
+    zero(a->dt_act, (size_t)b * d);
+    tensor_linear_backward(a->dt_act, gv->t2_w, gv->t2_b, a->dc, a->t_act, v->t2_w, b, d, d);
+    zero(a->dt_h, (size_t)b * d);
+    dit_silu_backward(a->dt_h, a->dt_act, a->t_h, (size_t)b * d);
+    tensor_linear_backward(NULL, gv->t0_w, gv->t0_b, a->dt_h, a->freq, v->t0_w, b, DIT_FREQ_DIM,
+                           d);
+    for (int s = 0; s < b; s++)
+        for (int j = 0; j < d; j++)
+            gv->label_table[(size_t)a->y[s] * d + j] += a->dc[(size_t)s * d + j];
+    return TDL_OK;
+}
+
+/* ---- objective ----------------------------------------------------------------------------- */
+
+void dit_rf_interpolate(const float *x0, const float *noise, const float *t, int batch,
+                        size_t per_sample, float *x_t, float *target)
+{
+    for (int s = 0; s < batch; s++)
+        for (size_t i = 0; i < per_sample; i++) {
+            size_t k = (size_t)s * per_sample + i;
+            x_t[k] = (1.0f - t[s]) * x0[k] + t[s] * noise[k];
+            target[k] = noise[k] - x0[k];
+        }
+}
+
+double dit_mse_loss(const float *out, const float *target, size_t n, float *dout)
+{
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = (double)out[i] - target[i];
+        sum += e * e;
+        if (dout)
+            dout[i] = (float)(2.0 * e / (double)n);
+    }
+    return sum / (double)n;
+}

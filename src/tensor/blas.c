@@ -1,0 +1,43 @@
+/* Every matrix product goes through OpenBLAS's cblas_sgemm. */
+#include "config.h"
+
+#include <cblas.h>
+#include <string.h>
+
+#include "tensor/tensor.h"
+
+void tensor_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a,
+                 int lda, const float *b, int ldb, float beta, float *c, int ldc)
+{
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void tensor_linear_forward(float *out, const float *in, const float *weight, const float *bias,
+                           int n, int in_dim, int out_dim)
+{
+    if (bias) {
+        for (int i = 0; i < n; i++)
+            memcpy(out + (size_t)i * out_dim, bias, (size_t)out_dim * sizeof(float));
+    }
+    tensor_gemm(false, true, n, out_dim, in_dim, 1.0f, in, in_dim, weight, in_dim,
+                bias ? 1.0f : 0.0f, out, out_dim);
+}
+
+void tensor_linear_backward(float *din, float *dweight, float *dbias, const float *dout,
+                            const float *in, const float *weight, int n, int in_dim, int out_dim)
+{
+    if (din)
+        tensor_gemm(false, false, n, in_dim, out_dim, 1.0f, dout, out_dim, weight, in_dim, 1.0f,
+                    din, in_dim);
+    if (dweight)
+        tensor_gemm(true, false, out_dim, in_dim, n, 1.0f, dout, out_dim, in, in_dim, 1.0f,
+                    dweight, in_dim);
+    if (dbias) {
+        for (int i = 0; i < n; i++) {
+            const float *row = dout + (size_t)i * out_dim;
+            for (int o = 0; o < out_dim; o++)
+                dbias[o] += row[o];
+        }
+    }
+}

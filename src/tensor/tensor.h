@@ -1,0 +1,35 @@
+/* tensor: host memory for activations and parameters, and the BLAS calls the model makes. */
+#ifndef TIDAL_TENSOR_H
+#define TIDAL_TENSOR_H
+
+#include <stddef.h>
+
+#include "core/core.h"
+
+/* One block sized at start; allocations are bumps, so nothing is allocated inside a step. */
+typedef struct tensor_arena {
+    float *base;
+    size_t capacity; /* floats */
+    size_t used;     /* floats */
+} tensor_arena_t;
+
+tdl_status_t tensor_arena_init(tensor_arena_t *arena, size_t floats);
+void tensor_arena_free(tensor_arena_t *arena);
+/* n floats, 64-byte aligned; NULL when the arena is full (a sizing bug). */
+float *tensor_arena_alloc(tensor_arena_t *arena, size_t n);
+void tensor_arena_reset(tensor_arena_t *arena);
+/* 64-byte aligned, zeroed; free with free(). */
+float *tensor_alloc(size_t n);
+
+/* out[N,O] = in[N,I] W[O,I]^T (+ bias[O]); W is row-major as in PyTorch's nn.Linear. */
+void tensor_linear_forward(float *out, const float *in, const float *weight, const float *bias,
+                           int n, int in_dim, int out_dim);
+/* din[N,I] += dout W; dweight[O,I] += dout^T in; dbias[O] += column sums of dout. Any of din,
+ * dweight, dbias may be NULL. */
+void tensor_linear_backward(float *din, float *dweight, float *dbias, const float *dout,
+                            const float *in, const float *weight, int n, int in_dim, int out_dim);
+/* C[M,N] = alpha * op(A) op(B) + beta * C, row-major, with leading dimensions. */
+void tensor_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a,
+                 int lda, const float *b, int ldb, float beta, float *c, int ldc);
+
+#endif /* TIDAL_TENSOR_H */

@@ -1,0 +1,273 @@
+/* A user image data set in one HDF5 file (also described in doc/data.md):
+ *
+ *   /images      uint8 [N, H, W] (grayscale, C = 1) or uint8 [N, C, H, W] with C = 1 or 3
+ *                (RGB); square images (H == W), pixel values 0..255, 0 the background.
+ *   /labels      any integer type, [N]: the class of each image, in [0, num_classes).
+ *   num_classes  optional integer attribute on the root group; without it, max label + 1.
+ *
+ * Images of size S are served at resolutions S, 2S and 4S (nearest-neighbour upsampling).
+ * Chunking, compression and the file's other contents do not matter. In h5py:
+ *
+ *   with h5py.File("faces.h5", "w") as f:
+ *       f["images"] = images.astype("uint8")   # [N, 64, 64] or [N, 3, 64, 64]
+ *       f["labels"] = labels.astype("int32")   # [N]
+ *       f.attrs["num_classes"] = 10
+ *
+ * The only file of src/train that includes hdf5.h (DESIGN.md: hdf5.h stays in src/ckpt and this
+ * loader). The file is read with the serial API and default property lists, which parallel HDF5
+ * allows without MPI_Init. */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <hdf5.h>
+
+#include "train/train.h"
+
+#define H5_HINT "see doc/data.md for the format"
+
+typedef struct {
+    const char *path;
+    hid_t file;
+    hid_t dimages, dlabels;
+    hid_t itype, ispace, ltype, lspace;
+    hid_t attr, atype, aspace;
+    uint8_t *pixels;
+    int64_t *raw_labels;
+    int32_t *labels32;
+} h5_load_t;
+
+static void h5_load_close(h5_load_t *ld)
+{
+    free(ld->labels32);
+    free(ld->raw_labels);
+    free(ld->pixels);
+    /* in reverse order of opening, the file last */
+    hid_t ids[] = {ld->aspace, ld->atype, ld->attr,    ld->lspace, ld->ltype,
+                   ld->ispace, ld->itype, ld->dlabels, ld->dimages};
+    for (size_t i = 0; i < TDL_ARRAY_SIZE(ids); i++)
+        if (ids[i] >= 0)
+            H5Idec_ref(ids[i]);
+    if (ld->file >= 0)
+        H5Fclose(ld->file);
+}
+
+/* Opens dataset /name with its type and data space; a missing one is TDL_ERR_NOT_FOUND. */
+static tdl_status_t h5_open_dataset(h5_load_t *ld, const char *name, hid_t *dset, hid_t *type,
+                                    hid_t *space)
+{
+    htri_t exists = H5Lexists(ld->file, name, H5P_DEFAULT);
+    if (exists <= 0)
+        return tdl_error_raise(TDL_ERR_NOT_FOUND, "%s has no dataset /%s: %s", ld->path, name,
+                               H5_HINT);
+    *dset = H5Dopen2(ld->file, name, H5P_DEFAULT);
+    if (*dset < 0)
+        return tdl_error_raise(TDL_ERR_CORRUPT, "%s: /%s is not a readable dataset: %s", ld->path,
+                               name, H5_HINT);
+    *type = H5Dget_type(*dset);
+    *space = H5Dget_space(*dset);
+    if (*type < 0 || *space < 0)
+        return tdl_error_raise(TDL_ERR_CORRUPT, "%s: cannot read the type and shape of /%s",
+                               ld->path, name);
+    if (H5Tget_class(*type) != H5T_INTEGER)
+        return tdl_error_raise(TDL_ERR_MISMATCH, "%s: /%s does not hold integers: %s", ld->path,
+                               name, H5_HINT);
+    return TDL_OK;
+}
+
+/* /images: shape and uint8 pixels. */
+static tdl_status_t h5_read_images(h5_load_t *ld, size_t *n_out, int *c_out, int *side_out)
+{
+    tdl_status_t st = h5_open_dataset(ld, "images", &ld->dimages, &ld->itype, &ld->ispace);
+    if (st != TDL_OK)
+        return st;
+    if (H5Tget_size(ld->itype) != 1 || H5Tget_sign(ld->itype) != H5T_SGN_NONE)
+        return tdl_error_raise(TDL_ERR_MISMATCH,
+                               "%s: /images holds %zu-byte %s integers; it must be uint8 (pixel "
+                               "values 0..255): %s",
+                               ld->path, H5Tget_size(ld->itype),
+                               H5Tget_sign(ld->itype) == H5T_SGN_NONE ? "unsigned" : "signed",
+                               H5_HINT);
+    int rank = H5Sget_simple_extent_ndims(ld->ispace);
+    if (rank != 3 && rank != 4)
+        return tdl_error_raise(TDL_ERR_MISMATCH,
+                               "%s: /images has rank %d; it must be [N, H, W] or [N, C, H, W]: %s",
+                               ld->path, rank, H5_HINT);
+    hsize_t dims[4];
+    H5Sget_simple_extent_dims(ld->ispace, dims, NULL);
+    hsize_t n = dims[0], c = rank == 4 ? dims[1] : 1, h = dims[rank - 2], w = dims[rank - 1];
+    if (n == 0)
+        return tdl_error_raise(TDL_ERR_MISMATCH, "%s: /images holds no images", ld->path);
+    if (c != 1 && c != 3)
+        return tdl_error_raise(TDL_ERR_MISMATCH,
+                               "%s: /images has %llu channels; it must have 1 (grayscale) or 3 "
+                               "(RGB): %s",
+                               ld->path, (unsigned long long)c, H5_HINT);
+    if (h != w || h == 0 || h > 8192)
+        return tdl_error_raise(TDL_ERR_MISMATCH,
+                               "%s: /images holds %llu x %llu images; they must be square, at "
+                               "most 8192 x 8192: %s",
+                               ld->path, (unsigned long long)h, (unsigned long long)w, H5_HINT);
+    size_t per_image = (size_t)(c * h * w);
+    if (n > SIZE_MAX / per_image)
+        return tdl_error_raise(TDL_ERR_NOMEM, "%s: /images is too large for memory", ld->path);
+    ld->pixels = malloc((size_t)n * per_image);
+    if (!ld->pixels)
+        return tdl_error_raise(TDL_ERR_NOMEM, "%s: cannot allocate %llu bytes for /images",
+                               ld->path, (unsigned long long)(n * per_image));
+    if (H5Dread(ld->dimages, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, ld->pixels) < 0)
+        return tdl_error_raise(TDL_ERR_IO, "%s: cannot read /images (damaged file?)", ld->path);
+    *n_out = (size_t)n;
+    *c_out = (int)c;
+    *side_out = (int)h;
+    return TDL_OK;
+}
+
+/* /labels: n integers, read as int64 whatever their stored type. */
+static tdl_status_t h5_read_labels(h5_load_t *ld, size_t n)
+{
+    tdl_status_t st = h5_open_dataset(ld, "labels", &ld->dlabels, &ld->ltype, &ld->lspace);
+    if (st != TDL_OK)
+        return st;
+    int rank = H5Sget_simple_extent_ndims(ld->lspace);
+    if (rank != 1)
+        return tdl_error_raise(TDL_ERR_MISMATCH, "%s: /labels has rank %d; it must be [N]: %s",
+                               ld->path, rank, H5_HINT);
+    hsize_t len;
+    H5Sget_simple_extent_dims(ld->lspace, &len, NULL);
+    if (len != n)
+        return tdl_error_raise(TDL_ERR_MISMATCH,
+                               "%s: /labels holds %llu labels but /images holds %zu images; "
+                               "there must be one label per image",
+                               ld->path, (unsigned long long)len, n);
+    ld->raw_labels = malloc(n * sizeof(*ld->raw_labels));
+    if (!ld->raw_labels)
+        return tdl_error_raise(TDL_ERR_NOMEM, "%s: cannot allocate %zu labels", ld->path, n);
+    if (H5Dread(ld->dlabels, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, ld->raw_labels) < 0)
+        return tdl_error_raise(TDL_ERR_IO, "%s: cannot read /labels (damaged file?)", ld->path);
+    return TDL_OK;
+}
+
+/* The root attribute num_classes, or 0 when there is none. */
+static tdl_status_t h5_read_num_classes(h5_load_t *ld, int64_t *num_classes_out)
+{
+    htri_t exists = H5Aexists(ld->file, "num_classes");
+    if (exists < 0)
+        return tdl_error_raise(TDL_ERR_CORRUPT, "%s: cannot read the root group's attributes",
+                               ld->path);
+    if (exists == 0) {
+        *num_classes_out = 0;
+        return TDL_OK;
+    }
+    ld->attr = H5Aopen(ld->file, "num_classes", H5P_DEFAULT);
+    if (ld->attr < 0)
+        return tdl_error_raise(TDL_ERR_CORRUPT, "%s: cannot open the attribute num_classes",
+                               ld->path);
+    ld->atype = H5Aget_type(ld->attr);
+    ld->aspace = H5Aget_space(ld->attr);
+    if (ld->atype < 0 || ld->aspace < 0 || H5Tget_class(ld->atype) != H5T_INTEGER ||
+        H5Sget_simple_extent_npoints(ld->aspace) != 1)
+        return tdl_error_raise(TDL_ERR_MISMATCH,
+                               "%s: the root attribute num_classes must be one integer: %s",
+                               ld->path, H5_HINT);
+    int64_t v;
+    if (H5Aread(ld->attr, H5T_NATIVE_INT64, &v) < 0)
+        return tdl_error_raise(TDL_ERR_IO, "%s: cannot read the attribute num_classes", ld->path);
+    if (v < 1 || v > INT32_MAX)
+        return tdl_error_raise(TDL_ERR_MISMATCH,
+                               "%s: the root attribute num_classes is %lld; it must be in [1, %d]",
+                               ld->path, (long long)v, INT32_MAX);
+    *num_classes_out = v;
+    return TDL_OK;
+}
+
+static tdl_status_t h5_load(h5_load_t *ld, train_dataset_t **out)
+{
+    if (H5Fis_hdf5(ld->path) <= 0)
+        return tdl_error_raise(TDL_ERR_CORRUPT, "%s is not an HDF5 file: %s", ld->path, H5_HINT);
+    ld->file = H5Fopen(ld->path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (ld->file < 0)
+        return tdl_error_raise(TDL_ERR_IO, "cannot open the HDF5 file %s", ld->path);
+    size_t n = 0;
+    int channels = 0, side = 0;
+    tdl_status_t st = h5_read_images(ld, &n, &channels, &side);
+    if (st != TDL_OK)
+        return st;
+    st = h5_read_labels(ld, n);
+    if (st != TDL_OK)
+        return st;
+    int64_t num_classes = 0;
+    st = h5_read_num_classes(ld, &num_classes);
+    if (st != TDL_OK)
+        return st;
+
+    int64_t max_label = -1;
+    for (size_t i = 0; i < n; i++) {
+        int64_t v = ld->raw_labels[i];
+        if (num_classes > 0 && (v < 0 || v >= num_classes))
+            return tdl_error_raise(TDL_ERR_CORRUPT,
+                                   "%s: /labels[%zu] is %lld, outside [0, %lld) (num_classes "
+                                   "from the root attribute)",
+                                   ld->path, i, (long long)v, (long long)num_classes);
+        if (v < 0 || v >= INT32_MAX)
+            return tdl_error_raise(TDL_ERR_CORRUPT,
+                                   "%s: /labels[%zu] is %lld; labels are class numbers in [0, "
+                                   "%d)",
+                                   ld->path, i, (long long)v, INT32_MAX);
+        max_label = TDL_MAX(max_label, v);
+    }
+    if (num_classes == 0)
+        num_classes = max_label + 1;
+    ld->labels32 = malloc(n * sizeof(*ld->labels32));
+    if (!ld->labels32)
+        return tdl_error_raise(TDL_ERR_NOMEM, "%s: cannot allocate %zu labels", ld->path, n);
+    for (size_t i = 0; i < n; i++)
+        ld->labels32[i] = (int32_t)ld->raw_labels[i];
+    st = train_dataset_create(n, channels, side, side, (int)num_classes, ld->pixels, ld->labels32,
+                              out);
+    if (st != TDL_OK) {
+        char why[512];
+        snprintf(why, sizeof(why), "%s", tdl_error_get());
+        return tdl_error_raise(st, "%s: %s", ld->path, why);
+    }
+    return TDL_OK;
+}
+
+tdl_status_t train_dataset_open_hdf5(const char *path, train_dataset_t **out)
+{
+    if (!path || !out)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "train_dataset_open_hdf5: NULL argument");
+    if (access(path, R_OK) != 0)
+        return tdl_error_raise(errno == ENOENT ? TDL_ERR_NOT_FOUND : TDL_ERR_IO,
+                               "cannot read the data set %s: %s: check the path", path,
+                               strerror(errno));
+    h5_load_t ld = {
+        .path = path,
+        .file = H5I_INVALID_HID,
+        .dimages = H5I_INVALID_HID,
+        .dlabels = H5I_INVALID_HID,
+        .itype = H5I_INVALID_HID,
+        .ispace = H5I_INVALID_HID,
+        .ltype = H5I_INVALID_HID,
+        .lspace = H5I_INVALID_HID,
+        .attr = H5I_INVALID_HID,
+        .atype = H5I_INVALID_HID,
+        .aspace = H5I_INVALID_HID,
+    };
+    /* Our messages name the file and the dataset; HDF5's own error stack on stderr would only
+     * repeat them in its words. */
+    H5E_auto2_t efunc;
+    void *edata;
+    H5Eget_auto2(H5E_DEFAULT, &efunc, &edata);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    train_dataset_t *ds;
+    tdl_status_t st = h5_load(&ld, &ds);
+    h5_load_close(&ld);
+    H5Eset_auto2(H5E_DEFAULT, efunc, edata);
+    if (st == TDL_OK)
+        *out = ds;
+    return st;
+}

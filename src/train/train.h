@@ -1,0 +1,93 @@
+/* tidal train: image data sets, a reproducible data order, and (later) the optimizer and the
+ * elastic data-parallel trainer. Each part has its own section below. */
+#ifndef TIDAL_TRAIN_H
+#define TIDAL_TRAIN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ==== data sets (src/train/data.c, src/train/data_hdf5.c; formats in doc/data.md) ========== */
+
+/* N images held in memory as uint8 [N, C, H, W] (C = 1 grayscale or 3 RGB), with an int32
+ * label in [0, num_classes) each. Read-only once opened: any number of threads may call
+ * train_dataset_get on one data set at the same time. */
+typedef struct train_dataset train_dataset_t;
+
+/* Where Debian's package 'dataset-fashion-mnist' puts the IDX files. */
+#define TRAIN_FMNIST_DIR "/usr/share/datasets/fashion-mnist"
+
+/* Fashion-MNIST from its IDX files in `dir` (NULL: TRAIN_FMNIST_DIR): train-images-idx3-ubyte
+ * and train-labels-idx1-ubyte for the training split, t10k-* for the test split, each either
+ * gzip-compressed (".gz", looked for first) or plain. The 28x28 images are served padded to
+ * 32x32, so train_dataset_get accepts resolutions 32, 64 and 128. */
+tdl_status_t train_dataset_open_fmnist(const char *dir, bool train_split, train_dataset_t **out);
+
+/* A user data set in one HDF5 file: /images uint8 [N, H, W] or [N, C, H, W] with H == W,
+ * /labels integer [N], optional root attribute num_classes (default: max label + 1). Images of
+ * size S are served at resolutions S, 2S and 4S. */
+tdl_status_t train_dataset_open_hdf5(const char *path, train_dataset_t **out);
+
+/* A data set from memory, copying pixels uint8 [n, channels, height, width] and labels [n];
+ * every label must lie in [0, num_classes). For synthetic data and tests; the loaders above
+ * end here too. Images are served at resolutions height, 2 * height and 4 * height. */
+tdl_status_t train_dataset_create(size_t n, int channels, int height, int width, int num_classes,
+                                  const uint8_t *pixels, const int32_t *labels,
+                                  train_dataset_t **out);
+
+void train_dataset_free(train_dataset_t *ds);
+
+size_t train_dataset_count(const train_dataset_t *ds);
+int train_dataset_num_classes(const train_dataset_t *ds);
+int train_dataset_channels(const train_dataset_t *ds);
+/* Height and width of the images as stored (28 x 28 for Fashion-MNIST). */
+void train_dataset_shape(const train_dataset_t *ds, int *height_out, int *width_out);
+/* The smallest resolution train_dataset_get accepts (32 for Fashion-MNIST, S for HDF5); the
+ * others are twice and four times it. */
+int train_dataset_resolution(const train_dataset_t *ds);
+
+/* Image `index` as float [C, resolution, resolution] scaled to [-1, 1] (v / 127.5 - 1), the
+ * stored image padded with background (-1) to the base resolution, then upsampled by nearest
+ * neighbour (each pixel replicated 2x2 or 4x4). label_out may be NULL. An index out of range or
+ * a resolution not listed above is TDL_ERR_INVALID_ARG. */
+tdl_status_t train_dataset_get(const train_dataset_t *ds, size_t index, int resolution,
+                               float *img_out, int *label_out);
+
+/* ==== data order (src/train/sampler.c) ====================================================== */
+
+/* Visits 0..n-1 once per epoch in a shuffled order that is a pure function of (seed, epoch):
+ * a Fisher-Yates shuffle driven by tdl_rng with stream = epoch. Every rank runs the same
+ * sampler, draws the whole global batch and takes its share of it, so the order and the
+ * global batch do not depend on how many ranks train; a group that shrinks or grows resumes
+ * from the saved cursor (epoch, pos) in exactly the same place. The fields are read-only. */
+typedef struct train_sampler {
+    uint64_t seed;
+    uint64_t n;
+    uint64_t epoch;      /* epoch of the next index */
+    uint64_t pos;        /* position of the next index in the epoch's order, always < n */
+    uint64_t *perm;      /* the order of epoch perm_epoch: n entries, allocated once */
+    uint64_t perm_epoch; /* which epoch perm holds; UINT64_MAX when none */
+} train_sampler_t;
+
+/* Starts at epoch 0, position 0; n >= 1. */
+tdl_status_t train_sampler_init(train_sampler_t *s, uint64_t n, uint64_t seed);
+void train_sampler_free(train_sampler_t *s);
+/* The next index; after the last one of an epoch the sampler moves to the next epoch. */
+uint64_t train_sampler_next(train_sampler_t *s);
+/* The next `count` indices into out, the same as `count` calls of train_sampler_next. */
+void train_sampler_take(train_sampler_t *s, uint64_t *out, size_t count);
+/* Where the next index comes from: save these two to resume exactly. */
+void train_sampler_cursor(const train_sampler_t *s, uint64_t *epoch_out, uint64_t *pos_out);
+/* Moves to (epoch, pos), pos <= n; pos == n is the start of the next epoch. */
+tdl_status_t train_sampler_seek(train_sampler_t *s, uint64_t epoch, uint64_t pos);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TIDAL_TRAIN_H */
