@@ -22,6 +22,7 @@ typedef struct cli_command {
 } cli_command_t;
 
 extern const cli_command_t cli_cmd_info;
+extern const cli_command_t cli_cmd_train;
 
 /* Prints "tidal: <message>" and returns CLI_EXIT_USAGE. */
 int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

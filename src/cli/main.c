@@ -18,6 +18,7 @@ static const tdl_param_def_t global_params[] = {
 
 static const cli_command_t *const commands[] = {
     &cli_cmd_info,
+    &cli_cmd_train,
 };
 
 int cli_usage_error(const char *fmt, ...)

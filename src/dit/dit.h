@@ -100,7 +100,6 @@ void dit_rf_interpolate(const float *x0, const float *noise, const float *t, int
 /* Mean squared error over n values; dout (may be NULL) gets its gradient. */
 double dit_mse_loss(const float *out, const float *target, size_t n, float *dout);
 
-#endif /* TIDAL_DIT_H */
 
 /* ---- sampling ----------------------------------------------------------------------------- */
 
@@ -125,3 +124,5 @@ void dit_sampler_noise(float *x, int n, size_t per_image, uint64_t seed, uint64_
 /* Noise, then opts->steps steps: out[n, C, H, W] in the data range. Deterministic per seed. */
 tdl_status_t dit_sample(dit_model_t *model, const int *labels, int n, int height, int width,
                         const dit_sample_opts_t *opts, float *out);
+
+#endif /* TIDAL_DIT_H */

@@ -8,6 +8,8 @@
 #include <stdint.h>
 
 #include "core/core.h"
+#include "dit/dit.h"
+#include "gfc/gfc.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -86,6 +88,61 @@ void train_sampler_take(train_sampler_t *s, uint64_t *out, size_t count);
 void train_sampler_cursor(const train_sampler_t *s, uint64_t *epoch_out, uint64_t *pos_out);
 /* Moves to (epoch, pos), pos <= n; pos == n is the start of the next epoch. */
 tdl_status_t train_sampler_seek(train_sampler_t *s, uint64_t epoch, uint64_t pos);
+
+/* ==== optimizer (src/train/optim.c) ======================================================= */
+
+/* AdamW (Loshchilov & Hutter) with decoupled weight decay, as torch.optim.AdamW. */
+typedef struct train_adamw {
+    size_t n;
+    float *m, *v;        /* first and second moments */
+    uint64_t step;       /* updates applied so far */
+    float beta1, beta2, eps, weight_decay;
+} train_adamw_t;
+
+tdl_status_t train_adamw_init(train_adamw_t *opt, size_t n, float beta1, float beta2, float eps,
+                              float weight_decay);
+void train_adamw_free(train_adamw_t *opt);
+void train_adamw_step(train_adamw_t *opt, float *params, const float *grads, float lr);
+/* Linear warm-up from lr / warmup to lr over the first `warmup` steps, then constant. */
+float train_lr_at(uint64_t step, float lr, uint64_t warmup);
+/* Scales grads so that their global L2 norm is at most max_norm (<= 0: no clipping); returns the
+ * norm before clipping (NaN or Inf when a gradient is not finite). */
+double train_grad_clip(float *grads, size_t n, double max_norm);
+/* ema = decay * ema + (1 - decay) * params */
+void train_ema_update(float *ema, const float *params, size_t n, float decay);
+
+/* ==== the data-parallel trainer (src/train/trainer.c) ====================================== */
+
+/* What a training run is. The global batch and the data order depend only on these, never on
+ * how many ranks share the work: each rank takes a contiguous share of every global batch and
+ * runs it in micro-batches, and gradients are summed over the group. */
+typedef struct train_opts {
+    const char *model;      /* DiT configuration name (dit_config_named) */
+    const char *data;       /* "fmnist" or the path of an HDF5 data set */
+    int resolution;         /* 0: the data set's base resolution */
+    int64_t steps;
+    int batch;              /* global batch, images per step */
+    int micro_batch;        /* images per forward pass on one rank */
+    float lr, weight_decay, clip, ema_decay;
+    int64_t warmup;
+    uint64_t seed;
+} train_opts_t;
+
+typedef struct train_trainer train_trainer_t;
+
+/* Builds the model (reference initialization from opts->seed), the optimizer, EMA weights, the
+ * data set and its sampler. */
+tdl_status_t train_trainer_create(const train_opts_t *opts, train_trainer_t **out);
+void train_trainer_free(train_trainer_t *tr);
+/* One optimizer step over one global batch. group == NULL trains alone; otherwise every member
+ * calls it with the same step and group, and gets bit-identical gradients. A step whose gradient
+ * is not finite is skipped (skipped_out = true) and reported, never applied. */
+tdl_status_t train_trainer_step(train_trainer_t *tr, gfc_group_t *group, double *loss_out,
+                                bool *skipped_out);
+int64_t train_trainer_steps_done(const train_trainer_t *tr);
+float train_trainer_lr(const train_trainer_t *tr);
+dit_model_t *train_trainer_model(train_trainer_t *tr);
+const float *train_trainer_ema(const train_trainer_t *tr);
 
 #ifdef __cplusplus
 }

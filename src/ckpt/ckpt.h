@@ -1,0 +1,79 @@
+/* ckpt: checkpoints as HDF5 files (doc/checkpoint.md). This first part saves and loads model
+ * weights as named float32 tensors under their PyTorch state_dict names, with the model
+ * configuration as root attributes. The interface is generic so that ckpt needs neither the DiT
+ * nor the trainer: callers list their tensors. Only src/ckpt includes hdf5.h. */
+#ifndef TIDAL_CKPT_H
+#define TIDAL_CKPT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The root attribute format_version of the files this code writes. */
+#define CKPT_FORMAT_VERSION 1
+
+/* One named tensor, C order (row-major), as PyTorch stores it. */
+typedef struct ckpt_tensor {
+    const char *name; /* "blocks.3.attn.qkv.weight" (PyTorch state_dict name); no '/' */
+    int ndim;         /* 1..4 */
+    int shape[4];     /* each >= 1; entries past ndim are ignored */
+    float *data;      /* numel floats: read from on save, written to on load */
+} ckpt_tensor_t;
+
+typedef enum { CKPT_ATTR_INT, CKPT_ATTR_DOUBLE, CKPT_ATTR_STRING } ckpt_attr_type_t;
+
+/* A scalar root attribute: i, d or s according to type. */
+typedef struct ckpt_attr {
+    const char *key;
+    ckpt_attr_type_t type;
+    int64_t i;
+    double d;
+    const char *s; /* UTF-8, stored as a variable-length string */
+} ckpt_attr_t;
+
+/* Writes /model/<name> for every tensor, /ema/<name> when ema != NULL (ema[i] must carry the
+ * same name and shape as model[i]; its data is ema[i].data), and root attributes:
+ * format_version (int, CKPT_FORMAT_VERSION), tidal_version (string), created (string, ISO 8601
+ * UTC), plus the caller's attrs (the model configuration, one per field, and "config_json").
+ * Datasets are float32 little-endian, chunked (one chunk up to 1 MiB, a slab of leading rows),
+ * with HDF5's Fletcher32 checksum filter, shaped exactly as given.
+ *
+ * Arguments are checked before anything is created (TDL_ERR_INVALID_ARG). The write is atomic:
+ * the file is written as "<path>.tmp.<pid>" in the same directory, flushed and closed, fsync'ed,
+ * renamed over path, then the directory is fsync'ed; on any failure (a name or key given twice,
+ * an I/O error) the temporary file is removed and nothing at path changes. */
+tdl_status_t ckpt_weights_write(const char *path, const ckpt_tensor_t *model,
+                                const ckpt_tensor_t *ema, int count, const ckpt_attr_t *attrs,
+                                int nattrs);
+
+/* Reads /<group>/<name> (group "model" or "ema") into each tensor's data. EVERY dataset's
+ * existence, type class, rank and shape are checked against the tensors before any data is
+ * read: a missing group or dataset is TDL_ERR_NOT_FOUND, a shape or type that does not fit
+ * TDL_ERR_MISMATCH ("model.h5: /model/blocks.3.attn.qkv.weight has shape [96, 32], expected
+ * [192, 64]"), a file that is not HDF5, truncated or damaged, or data failing its Fletcher32
+ * checksum TDL_ERR_CORRUPT; messages name the file and the dataset. A float dataset of another
+ * width (float64) is converted to float32. Extra datasets in the file are ignored. When the
+ * data of a dataset cannot be read, the tensors before it have been filled already. */
+tdl_status_t ckpt_weights_read(const char *path, const char *group, ckpt_tensor_t *tensors,
+                               int count);
+
+/* Root attribute lookups for the loader. An int attribute must hold an integer; a double one
+ * a floating-point number or an integer; a string attribute (variable or fixed length) comes
+ * back as a malloc'd copy for the caller to free. A missing key is TDL_ERR_NOT_FOUND naming the
+ * key and the file; another type TDL_ERR_MISMATCH. *out is written only on success. */
+tdl_status_t ckpt_attr_read_int(const char *path, const char *key, int64_t *out);
+tdl_status_t ckpt_attr_read_double(const char *path, const char *key, double *out);
+tdl_status_t ckpt_attr_read_string(const char *path, const char *key, char **out);
+
+/* Whether the file has the group /<group> ("ema"). */
+tdl_status_t ckpt_weights_has_group(const char *path, const char *group, bool *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TIDAL_CKPT_H */
