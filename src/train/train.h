@@ -133,6 +133,9 @@ typedef struct train_trainer train_trainer_t;
 /* Builds the model (reference initialization from opts->seed), the optimizer, EMA weights, the
  * data set and its sampler. */
 tdl_status_t train_trainer_create(const train_opts_t *opts, train_trainer_t **out);
+/* The same on a data set already open; the trainer owns it from here on (also on failure). */
+tdl_status_t train_trainer_create_with_data(const train_opts_t *opts, train_dataset_t *data,
+                                            train_trainer_t **out);
 void train_trainer_free(train_trainer_t *tr);
 /* One optimizer step over one global batch. group == NULL trains alone; otherwise every member
  * calls it with the same step and group, and gets bit-identical gradients. A step whose gradient

@@ -42,24 +42,36 @@ void train_trainer_free(train_trainer_t *tr)
 
 tdl_status_t train_trainer_create(const train_opts_t *o, train_trainer_t **out)
 {
-    if (o->batch < 1 || o->micro_batch < 1 || o->steps < 0)
+    train_dataset_t *data;
+    tdl_status_t st = !strcmp(o->data, "fmnist") ? train_dataset_open_fmnist(NULL, true, &data)
+                                                 : train_dataset_open_hdf5(o->data, &data);
+    if (st != TDL_OK)
+        return st;
+    return train_trainer_create_with_data(o, data, out);
+}
+
+tdl_status_t train_trainer_create_with_data(const train_opts_t *o, train_dataset_t *data,
+                                            train_trainer_t **out)
+{
+    tdl_status_t st;
+    dit_config_t cfg;
+    if (o->batch < 1 || o->micro_batch < 1 || o->steps < 0) {
+        train_dataset_free(data);
         return tdl_error_raise(TDL_ERR_INVALID_ARG,
                                "training needs batch >= 1 and micro-batch >= 1 (got %d and %d)",
                                o->batch, o->micro_batch);
-    dit_config_t cfg;
-    tdl_status_t st = dit_config_named(o->model, &cfg);
-    if (st != TDL_OK)
+    }
+    if ((st = dit_config_named(o->model, &cfg)) != TDL_OK) {
+        train_dataset_free(data);
         return st;
+    }
     train_trainer_t *tr = calloc(1, sizeof(*tr));
-    if (!tr)
+    if (!tr) {
+        train_dataset_free(data);
         return tdl_error_raise(TDL_ERR_NOMEM, "trainer: out of memory");
+    }
     tr->opts = *o;
-    if (!strcmp(o->data, "fmnist"))
-        st = train_dataset_open_fmnist(NULL, true, &tr->data);
-    else
-        st = train_dataset_open_hdf5(o->data, &tr->data);
-    if (st != TDL_OK)
-        goto err;
+    tr->data = data;
     if (train_dataset_channels(tr->data) != cfg.in_channels ||
         train_dataset_num_classes(tr->data) > cfg.num_classes) {
         st = tdl_error_raise(TDL_ERR_MISMATCH,
