@@ -1,7 +1,8 @@
 /* ckpt: checkpoints as HDF5 files (doc/checkpoint.md). This first part saves and loads model
  * weights as named float32 tensors under their PyTorch state_dict names, with the model
  * configuration as root attributes. The interface is generic so that ckpt needs neither the DiT
- * nor the trainer: callers list their tensors. Only src/ckpt includes hdf5.h. */
+ * nor the trainer: callers list their tensors. Only src/ckpt includes hdf5.h. HDF5 is built
+ * without thread safety: one thread at a time calls into ckpt. */
 #ifndef TIDAL_CKPT_H
 #define TIDAL_CKPT_H
 

@@ -32,8 +32,8 @@ static const tdl_param_def_t train_params[] = {
     {"seed", TDL_PARAM_INT, "1", "seed of every random stream (init, data order, noise)", NULL, 0,
      9.2e18},
     {"log-every", TDL_PARAM_INT, "25", "progress line every N steps", NULL, 1, 1e9},
-    {"out", TDL_PARAM_STRING, "runs/train", "output directory (loss.csv, loss.png)", NULL, 1,
-     0},
+    {"out", TDL_PARAM_STRING, "runs/train",
+     "output directory (loss.csv, loss.png, model.h5 with model and EMA weights)", NULL, 1, 0},
 };
 
 static tdl_status_t mkdir_p(const char *path)
@@ -161,9 +161,15 @@ static int train_run(tdl_params_t *params, int npos, char **pos)
     }
     if (me.rank == 0) {
         double secs = tdl_clock_s() - t0;
-        printf("tidal train: %lld steps, %.1f images/s, final loss %.4f; wrote %s/loss.csv\n",
+        char path[1100];
+        snprintf(path, sizeof(path), "%s/model.h5", out_dir);
+        if ((st = train_weights_save(path, train_trainer_model(tr), train_trainer_ema(tr),
+                                     train_trainer_steps_done(tr))) != TDL_OK)
+            goto out;
+        printf("tidal train: %lld steps, %.1f images/s, final loss %.4f; wrote %s/loss.csv and "
+               "%s\n",
                (long long)o.steps, secs > 0 ? (double)o.steps * o.batch / secs : 0.0, ema_loss,
-               out_dir);
+               out_dir, path);
         fclose(csv);
         csv = NULL;
         plot_loss(out_dir);

@@ -19,6 +19,7 @@ static const tdl_param_def_t global_params[] = {
 static const cli_command_t *const commands[] = {
     &cli_cmd_info,
     &cli_cmd_train,
+    &cli_cmd_generate,
 };
 
 int cli_usage_error(const char *fmt, ...)
@@ -155,6 +156,10 @@ int main(int argc, char **argv)
     tdl_status_t st = pos ? tdl_params_create(&params) : TDL_ERR_NOMEM;
     if (st == TDL_OK)
         st = register_all(params, cmd);
+    /* -o is the one short option: an alias of --output where a command has it. */
+    for (int i = 2; i < argc; i++)
+        if (!strcmp(argv[i], "-o") && tdl_params_has(params, "output"))
+            argv[i] = "--output";
     if (st == TDL_OK)
         st = tdl_params_parse_args(params, argc - 2, argv + 2, pos, &npos);
     if (st == TDL_OK)

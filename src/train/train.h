@@ -147,6 +147,17 @@ float train_trainer_lr(const train_trainer_t *tr);
 dit_model_t *train_trainer_model(train_trainer_t *tr);
 const float *train_trainer_ema(const train_trainer_t *tr);
 
+/* ==== weights files (src/train/weights_io.c, format in doc/checkpoint.md) =================== */
+
+/* Writes /model and, when ema != NULL, /ema under the PyTorch names, with the configuration as
+ * attributes; atomic (a crash leaves the old file or none). */
+tdl_status_t train_weights_save(const char *path, const dit_model_t *model, const float *ema,
+                                int64_t step);
+/* Builds the model the file describes (sized for max_batch images of up to max_resolution, 0:
+ * its training resolution) and loads group "model" or "ema", checking every shape first. */
+tdl_status_t train_weights_load(const char *path, const char *group, int max_batch,
+                                int max_resolution, dit_model_t **model_out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -83,6 +83,7 @@ tdl_status_t train_trainer_create_with_data(const train_opts_t *o, train_dataset
         goto err;
     }
     tr->resolution = o->resolution ? o->resolution : train_dataset_resolution(tr->data);
+    cfg.input_size = tr->resolution; /* saved with the weights: what sampling defaults to */
     if ((st = dit_model_create(&cfg, o->micro_batch, tr->resolution, &tr->model)) != TDL_OK)
         goto err;
     dit_model_init_weights(tr->model, o->seed);
