@@ -90,6 +90,11 @@ static int train_run(tdl_params_t *params, int npos, char **pos)
     };
     const char *out_dir = tdl_param_str(params, "out");
     int log_every = (int)tdl_param_int(params, "log-every");
+    dit_config_t probe;
+    if (dit_config_named(o.model, &probe) != TDL_OK)
+        return cli_usage_error("--model: %s", tdl_error_get());
+    if (o.micro_batch > o.batch)
+        o.micro_batch = o.batch;
 
     tdl_boot_info_t me;
     tdl_status_t st = tdl_boot_init(NULL, NULL, &me);
