@@ -188,7 +188,10 @@ tdl_status_t train_trainer_step(train_trainer_t *tr, gfc_group_t *group, double 
                  (long long)tr->step, norm);
     } else {
         train_adamw_step(&tr->opt, m->params, m->grads, lr);
-        train_ema_update(tr->ema, m->params, m->num_params, o->ema_decay);
+        /* EMA warm-up ((1 + n) / (10 + n), as diffusers and timm do): with a fixed 0.999 the
+         * average would still weigh the zero-initialized output layer for thousands of steps. */
+        float warm = (float)(1 + tr->step) / (float)(10 + tr->step);
+        train_ema_update(tr->ema, m->params, m->num_params, TDL_MIN(o->ema_decay, warm));
     }
     tr->step++;
     if (loss_out)
