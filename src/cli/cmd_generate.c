@@ -68,7 +68,8 @@ static int generate_run(tdl_params_t *params, int npos, char **pos)
     double t0 = tdl_clock_s();
     st = dit_sample(m, labels, n, res, res, &o, img);
     if (st == TDL_OK) {
-        int cols = (int)ceil(sqrt((double)n));
+        /* Cycling through the classes: one column per class. */
+        int cols = label < 0 && n >= c->num_classes ? c->num_classes : (int)ceil(sqrt((double)n));
         st = serve_png_write_grid(output, img, n, c->in_channels, res, res, cols, 2);
     }
     if (st == TDL_OK) {
