@@ -142,18 +142,27 @@ static inline float fast_tanh(float x)
     return p / q;
 }
 
+/* The element-wise loops are compiled for AVX-512 and AVX2 too, chosen at load time. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define DIT_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define DIT_VECTOR_CLONES
+#endif
+
 /* sigmoid(x) = (1 + tanh(x / 2)) / 2 */
 static inline float fast_sigmoid(float x)
 {
     return 0.5f + 0.5f * fast_tanh(0.5f * x);
 }
 
+DIT_VECTOR_CLONES
 void dit_silu_forward(float *out, const float *in, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         out[i] = in[i] * fast_sigmoid(in[i]);
 }
 
+DIT_VECTOR_CLONES
 void dit_silu_backward(float *din, const float *dout, const float *in, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
@@ -164,6 +173,7 @@ void dit_silu_backward(float *din, const float *dout, const float *in, size_t n)
 
 #define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
 
+DIT_VECTOR_CLONES
 void dit_gelu_forward(float *out, const float *in, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
@@ -172,6 +182,7 @@ void dit_gelu_forward(float *out, const float *in, size_t n)
     }
 }
 
+DIT_VECTOR_CLONES
 void dit_gelu_backward(float *din, const float *dout, const float *in, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
