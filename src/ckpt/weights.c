@@ -408,25 +408,6 @@ static tdl_status_t ckpt_reserve(const char *path, const char *tmp, int fd, hid_
                            path, (unsigned long long)size, tmp, strerror(errno));
 }
 
-/* Makes the rename itself durable; some file systems cannot sync a directory, and the file is in
- * place already, so failures here are not errors. */
-static void ckpt_sync_dir(const char *path)
-{
-    char dir[PATH_MAX];
-    const char *slash = strrchr(path, '/');
-    if (!slash)
-        snprintf(dir, sizeof(dir), ".");
-    else if (slash == path)
-        snprintf(dir, sizeof(dir), "/");
-    else
-        snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return;
-    (void)fsync(fd);
-    close(fd);
-}
-
 tdl_status_t ckpt_weights_write(const char *path, const ckpt_tensor_t *model,
                                 const ckpt_tensor_t *ema, int count, const ckpt_attr_t *attrs,
                                 int nattrs)
@@ -465,24 +446,10 @@ tdl_status_t ckpt_weights_write(const char *path, const ckpt_tensor_t *model,
         st = ckpt_h5_raise(TDL_ERR_IO, "cannot write %s: closing %s failed", path, tmp);
     if (st != TDL_OK)
         goto err_tmp;
-    if (fsync(fd) != 0) {
-        st = tdl_error_raise(TDL_ERR_IO, "cannot write %s: fsync of %s failed: %s", path, tmp,
-                             strerror(errno));
-        goto err_tmp;
-    }
-    int rc = close(fd);
+    st = tdl_file_commit(fd, tmp, path);
     fd = -1;
-    if (rc != 0) {
-        st = tdl_error_raise(TDL_ERR_IO, "cannot write %s: closing %s failed: %s", path, tmp,
-                             strerror(errno));
+    if (st != TDL_OK)
         goto err_tmp;
-    }
-    if (rename(tmp, path) != 0) {
-        st = tdl_error_raise(TDL_ERR_IO, "cannot write %s: renaming %s to it failed: %s", path, tmp,
-                             strerror(errno));
-        goto err_tmp;
-    }
-    ckpt_sync_dir(path);
     ckpt_h5_restore(&quiet);
     return TDL_OK;
 

@@ -197,6 +197,12 @@ float tdl_bf16_to_f32(uint16_t h);
 uint16_t tdl_f16_from_f32(float x);
 float tdl_f16_to_f32(uint16_t h);
 
+/* ---- files ------------------------------------------------------------------------------- */
+
+/* Publishes a file written under `tmp` (open as fd): fsync, close, rename over path, fsync of
+ * the directory. fd is closed in every case; on failure tmp is removed and path is unchanged. */
+tdl_status_t tdl_file_commit(int fd, const char *tmp, const char *path);
+
 /* ---- small helpers ----------------------------------------------------------------------- */
 
 #define TDL_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))

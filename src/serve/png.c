@@ -198,25 +198,6 @@ out:
     return st;
 }
 
-/* Makes the rename itself durable; some file systems cannot sync a directory, and the file is in
- * place already, so failures here are not errors. */
-static void png_sync_dir(const char *path)
-{
-    char dir[PATH_MAX];
-    const char *slash = strrchr(path, '/');
-    if (!slash)
-        snprintf(dir, sizeof(dir), ".");
-    else if (slash == path)
-        snprintf(dir, sizeof(dir), "/");
-    else
-        snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return;
-    (void)fsync(fd);
-    close(fd);
-}
-
 tdl_status_t serve_png_write_grid(const char *path, const float *images, int n, int channels,
                                   int height, int width, int ncols, int pad)
 {
@@ -255,24 +236,10 @@ tdl_status_t serve_png_write_grid(const char *path, const float *images, int n, 
         }
         done += (size_t)w;
     }
-    if (fsync(fd) != 0) {
-        st = tdl_error_raise(TDL_ERR_IO, "cannot write %s: fsync of %s failed: %s", path, tmp,
-                             strerror(errno));
-        goto err_tmp;
-    }
-    int rc = close(fd);
+    st = tdl_file_commit(fd, tmp, path);
     fd = -1;
-    if (rc != 0) {
-        st = tdl_error_raise(TDL_ERR_IO, "cannot write %s: closing %s failed: %s", path, tmp,
-                             strerror(errno));
+    if (st != TDL_OK)
         goto err_tmp;
-    }
-    if (rename(tmp, path) != 0) {
-        st = tdl_error_raise(TDL_ERR_IO, "cannot write %s: renaming %s to it failed: %s", path, tmp,
-                             strerror(errno));
-        goto err_tmp;
-    }
-    png_sync_dir(path);
     free(png);
     return TDL_OK;
 
