@@ -60,6 +60,18 @@ tdl_status_t ckpt_weights_write(const char *path, const ckpt_tensor_t *model,
  * checksum TDL_ERR_CORRUPT; messages name the file and the dataset. A float dataset of another
  * width (float64) is converted to float32. Extra datasets in the file are ignored. When the
  * data of a dataset cannot be read, the tensors before it have been filled already. */
+/* A further group of tensors in the same file: "optim/adamw/m" (parents are created). */
+typedef struct ckpt_group {
+    const char *name;
+    const ckpt_tensor_t *tensors;
+    int count;
+} ckpt_group_t;
+
+/* ckpt_weights_write plus further groups (optimizer moments, ...), under the same guarantees. */
+tdl_status_t ckpt_file_write(const char *path, const ckpt_tensor_t *model,
+                             const ckpt_tensor_t *ema, int count, const ckpt_group_t *extra,
+                             int nextra, const ckpt_attr_t *attrs, int nattrs);
+
 tdl_status_t ckpt_weights_read(const char *path, const char *group, ckpt_tensor_t *tensors,
                                int count);
 

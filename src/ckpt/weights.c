@@ -274,7 +274,13 @@ static tdl_status_t ckpt_write_group(const char *path, hid_t file, const char *g
                                      const ckpt_tensor_t *tensors, const ckpt_tensor_t *data,
                                      int count)
 {
-    hid_t group = H5Gcreate2(file, gname, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    /* Nested names ("optim/adamw/m") create their parents. */
+    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+    if (lcpl >= 0)
+        H5Pset_create_intermediate_group(lcpl, 1);
+    hid_t group = H5Gcreate2(file, gname, lcpl >= 0 ? lcpl : H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (lcpl >= 0)
+        H5Pclose(lcpl);
     if (group < 0)
         return ckpt_h5_raise(TDL_ERR_IO, "cannot write %s: cannot create the group /%s", path,
                              gname);
@@ -344,6 +350,7 @@ out:
 
 static tdl_status_t ckpt_write_contents(const char *path, hid_t file, const ckpt_tensor_t *model,
                                         const ckpt_tensor_t *ema, int count,
+                                        const ckpt_group_t *extra, int nextra,
                                         const ckpt_attr_t *attrs, int nattrs)
 {
     char created[32];
@@ -365,6 +372,9 @@ static tdl_status_t ckpt_write_contents(const char *path, hid_t file, const ckpt
         st = ckpt_write_group(path, file, "model", model, model, count);
     if (st == TDL_OK && ema)
         st = ckpt_write_group(path, file, "ema", model, ema, count);
+    for (int g = 0; g < nextra && st == TDL_OK; g++)
+        st = ckpt_write_group(path, file, extra[g].name, extra[g].tensors, extra[g].tensors,
+                              extra[g].count);
     return st;
 }
 
@@ -412,7 +422,23 @@ tdl_status_t ckpt_weights_write(const char *path, const ckpt_tensor_t *model,
                                 const ckpt_tensor_t *ema, int count, const ckpt_attr_t *attrs,
                                 int nattrs)
 {
+    return ckpt_file_write(path, model, ema, count, NULL, 0, attrs, nattrs);
+}
+
+tdl_status_t ckpt_file_write(const char *path, const ckpt_tensor_t *model,
+                             const ckpt_tensor_t *ema, int count, const ckpt_group_t *extra,
+                             int nextra, const ckpt_attr_t *attrs, int nattrs)
+{
     tdl_status_t st = ckpt_write_check(path, model, ema, count, attrs, nattrs);
+    for (int g = 0; g < nextra && st == TDL_OK; g++) {
+        if (!extra[g].name || !*extra[g].name || extra[g].count < 0 ||
+            (extra[g].count > 0 && !extra[g].tensors))
+            return tdl_error_raise(TDL_ERR_INVALID_ARG, "cannot write %s: extra group %d is "
+                                                        "malformed",
+                                   path, g);
+        for (int i = 0; i < extra[g].count && st == TDL_OK; i++)
+            st = ckpt_tensor_check(&extra[g].tensors[i], "write", path, extra[g].name, i);
+    }
     if (st != TDL_OK)
         return st;
     char tmp[PATH_MAX];
@@ -435,7 +461,7 @@ tdl_status_t ckpt_weights_write(const char *path, const ckpt_tensor_t *model,
         st = ckpt_h5_raise(TDL_ERR_IO, "cannot write %s: HDF5 cannot create %s", path, tmp);
         goto err_tmp;
     }
-    st = ckpt_write_contents(path, file, model, ema, count, attrs, nattrs);
+    st = ckpt_write_contents(path, file, model, ema, count, extra, nextra, attrs, nattrs);
     if (st == TDL_OK)
         st = ckpt_reserve(path, tmp, fd, file);
     if (st == TDL_OK && H5Fflush(file, H5F_SCOPE_GLOBAL) < 0)
@@ -574,9 +600,17 @@ static tdl_status_t ckpt_read_check(const char *path, const char *group,
 {
     if (!path || !*path)
         return tdl_error_raise(TDL_ERR_INVALID_ARG, "ckpt_weights_read: no path given");
-    if (!ckpt_name_ok(group))
+    /* A group path: "model", "ema", "optim/adamw/m"; no empty or dot components. */
+    bool group_ok = group && *group && group[0] != '/' && group[strlen(group) - 1] != '/' &&
+                    !strstr(group, "//");
+    for (const char *c = group; group_ok && c; c = strchr(c, '/')) {
+        c += *c == '/';
+        group_ok = !(c[0] == '.' && (c[1] == '/' || c[1] == '\0'));
+    }
+    if (!group_ok)
         return tdl_error_raise(TDL_ERR_INVALID_ARG,
-                               "cannot read %s: '%s' is not a group name (\"model\" or \"ema\")",
+                               "cannot read %s: '%s' is not a group name (\"model\", \"ema\", "
+                               "\"optim/adamw/m\", ...)",
                                path, group ? group : "(null)");
     if (count < 0 || (count > 0 && !tensors))
         return tdl_error_raise(TDL_ERR_INVALID_ARG, "cannot read %s: %d tensors at %p", path, count,

@@ -32,6 +32,16 @@ static const tdl_param_def_t train_params[] = {
     {"seed", TDL_PARAM_INT, "1", "seed of every random stream (init, data order, noise)", NULL, 0,
      9.2e18},
     {"log-every", TDL_PARAM_INT, "25", "progress line every N steps", NULL, 1, 1e9},
+    {"ckpt-dir", TDL_PARAM_STRING, NULL,
+     "where checkpoints go (default: OUT/ckpt): ckpt-<step>.h5 and a 'latest' pointer", NULL, 1,
+     0},
+    {"ckpt-every", TDL_PARAM_INT, "500", "checkpoint every N steps (0: only at the end)", NULL, 0,
+     1e12},
+    {"keep", TDL_PARAM_INT, "3", "checkpoints kept (the newest; never fewer than one)", NULL, 1,
+     1e6},
+    {"resume", TDL_PARAM_STRING, "auto",
+     "auto (the newest checkpoint in --ckpt-dir that verifies, if any), none, or a FILE", NULL, 1,
+     0},
     {"out", TDL_PARAM_STRING, "runs/train",
      "output directory (loss.csv, loss.png, model.h5 with model and EMA weights)", NULL, 1, 0},
 };
@@ -90,6 +100,14 @@ static int train_run(tdl_params_t *params, int npos, char **pos)
     };
     const char *out_dir = tdl_param_str(params, "out");
     int log_every = (int)tdl_param_int(params, "log-every");
+    char ckpt_dir[1024];
+    snprintf(ckpt_dir, sizeof(ckpt_dir), "%s",
+             tdl_param_str(params, "ckpt-dir") ? tdl_param_str(params, "ckpt-dir") : "");
+    if (!ckpt_dir[0])
+        snprintf(ckpt_dir, sizeof(ckpt_dir), "%s/ckpt", out_dir);
+    int64_t ckpt_every = tdl_param_int(params, "ckpt-every");
+    int keep = (int)tdl_param_int(params, "keep");
+    const char *resume = tdl_param_str(params, "resume");
     dit_config_t probe;
     if (dit_config_named(o.model, &probe) != TDL_OK)
         return cli_usage_error("--model: %s", tdl_error_get());
@@ -125,16 +143,31 @@ static int train_run(tdl_params_t *params, int npos, char **pos)
     }
     if ((st = train_trainer_create(&o, &tr)) != TDL_OK)
         goto out;
+    char from[1100] = "";
+    if (!strcmp(resume, "auto")) {
+        st = train_checkpoint_resume_auto(tr, ckpt_dir, from, sizeof(from));
+        if (st == TDL_ERR_NOT_FOUND)
+            st = TDL_OK, from[0] = '\0';
+    } else if (strcmp(resume, "none") != 0) {
+        st = train_checkpoint_restore(tr, resume);
+        snprintf(from, sizeof(from), "%s", resume);
+    }
+    if (st != TDL_OK)
+        goto out;
     if (me.rank == 0) {
-        if ((st = mkdir_p(out_dir)) != TDL_OK)
+        if ((st = mkdir_p(out_dir)) != TDL_OK || (st = mkdir_p(ckpt_dir)) != TDL_OK)
             goto out;
+        if (from[0])
+            printf("tidal train: resumed from %s at step %lld\n", from,
+                   (long long)train_trainer_steps_done(tr));
         char path[1100];
         snprintf(path, sizeof(path), "%s/loss.csv", out_dir);
-        if (!(csv = fopen(path, "w"))) {
+        if (!(csv = fopen(path, from[0] ? "a" : "w"))) {
             st = tdl_error_raise(TDL_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
             goto out;
         }
-        fprintf(csv, "step,loss,lr,images_per_s\n");
+        if (!from[0] || ftell(csv) == 0)
+            fprintf(csv, "step,loss,lr,images_per_s\n");
         dit_model_t *m = train_trainer_model(tr);
         printf("tidal train: %s (%zu parameters), %s, %lld steps of %d images on %d rank%s\n",
                m->config.name, m->num_params, o.data, (long long)o.steps, o.batch, me.size,
@@ -142,17 +175,17 @@ static int train_run(tdl_params_t *params, int npos, char **pos)
         fflush(stdout);
     }
     double t0 = tdl_clock_s(), t_last = t0, ema_loss = 0;
-    int64_t last_step = 0;
-    for (int64_t s = 0; s < o.steps; s++) {
+    int64_t first_step = train_trainer_steps_done(tr), last_step = first_step;
+    for (int64_t s = first_step; s < o.steps; s++) {
         double loss;
         bool skipped;
         if ((st = train_trainer_step(tr, g, &loss, &skipped)) != TDL_OK)
             goto out;
-        ema_loss = s == 0 ? loss : 0.95 * ema_loss + 0.05 * loss;
+        ema_loss = s == first_step ? loss : 0.95 * ema_loss + 0.05 * loss;
         if (me.rank == 0 && ((s + 1) % log_every == 0 || s + 1 == o.steps)) {
             double now = tdl_clock_s();
             double ips = (double)(s + 1 - last_step) * o.batch / (now - t_last);
-            double eta = (now - t0) / (double)(s + 1) * (double)(o.steps - s - 1);
+            double eta = (now - t0) / (double)(s + 1 - first_step) * (double)(o.steps - s - 1);
             printf("step %6lld/%lld  loss %.4f (avg %.4f)  %.1f img/s  lr %.2e  eta %.0f s\n",
                    (long long)(s + 1), (long long)o.steps, loss, ema_loss, ips,
                    train_trainer_lr(tr), eta);
@@ -163,6 +196,15 @@ static int train_run(tdl_params_t *params, int npos, char **pos)
             t_last = now;
             last_step = s + 1;
         }
+        bool last = s + 1 == o.steps;
+        if (me.rank == 0 && (last || (ckpt_every > 0 && (s + 1) % ckpt_every == 0))) {
+            char saved[1100];
+            if ((st = train_checkpoint_dir_save(tr, ckpt_dir, keep, me.size, saved,
+                                                sizeof(saved))) != TDL_OK)
+                goto out;
+            if (!last)
+                printf("checkpoint %s\n", saved);
+        }
     }
     if (me.rank == 0) {
         double secs = tdl_clock_s() - t0;
@@ -171,10 +213,11 @@ static int train_run(tdl_params_t *params, int npos, char **pos)
         if ((st = train_weights_save(path, train_trainer_model(tr), train_trainer_ema(tr),
                                      train_trainer_steps_done(tr))) != TDL_OK)
             goto out;
-        printf("tidal train: %lld steps, %.1f images/s, final loss %.4f; wrote %s/loss.csv and "
-               "%s\n",
-               (long long)o.steps, secs > 0 ? (double)o.steps * o.batch / secs : 0.0, ema_loss,
-               out_dir, path);
+        int64_t ran = o.steps - first_step;
+        printf("tidal train: %lld steps, %.1f images/s, final loss %.4f; wrote %s/loss.csv, %s "
+               "and checkpoints in %s\n",
+               (long long)ran, secs > 0 && ran > 0 ? (double)ran * o.batch / secs : 0.0, ema_loss,
+               out_dir, path, ckpt_dir);
         fclose(csv);
         csv = NULL;
         plot_loss(out_dir);

@@ -158,6 +158,22 @@ tdl_status_t train_weights_save(const char *path, const dit_model_t *model, cons
 tdl_status_t train_weights_load(const char *path, const char *group, int max_batch,
                                 int max_resolution, dit_model_t **model_out);
 
+/* ==== training checkpoints (src/train/trainer.c, format in doc/checkpoint.md) ============== */
+
+/* Model, EMA, AdamW moments, step, data cursor and configuration in one HDF5 file. Per-sample
+ * randomness is keyed by (seed, step, position), so nothing else is needed to continue bit for
+ * bit. */
+tdl_status_t train_checkpoint_save(train_trainer_t *tr, const char *path, int world_size);
+/* Refuses (TDL_ERR_MISMATCH) a file from another model, seed or global batch. */
+tdl_status_t train_checkpoint_restore(train_trainer_t *tr, const char *path);
+/* dir/ckpt-<step>.h5, then dir/latest, then removes all but the newest `keep`. */
+tdl_status_t train_checkpoint_dir_save(train_trainer_t *tr, const char *dir, int keep,
+                                       int world_size, char *path_out, size_t size);
+/* Restores the newest checkpoint in dir that reads and verifies, saying which newer ones it
+ * skipped; TDL_ERR_NOT_FOUND when there is none. */
+tdl_status_t train_checkpoint_resume_auto(train_trainer_t *tr, const char *dir, char *path_out,
+                                          size_t size);
+
 #ifdef __cplusplus
 }
 #endif

@@ -221,3 +221,206 @@ const float *train_trainer_ema(const train_trainer_t *tr)
 {
     return tr->ema;
 }
+
+/* ---- checkpoints: everything a run needs to continue bit for bit -------------------------- */
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "ckpt/ckpt.h"
+
+static ckpt_tensor_t *trainer_tensors(const dit_model_t *m, float *base)
+{
+    ckpt_tensor_t *t = calloc((size_t)m->ninfos, sizeof(*t));
+    for (int i = 0; t && i < m->ninfos; i++) {
+        t[i].name = m->infos[i].name;
+        t[i].ndim = m->infos[i].ndim;
+        memcpy(t[i].shape, m->infos[i].shape, sizeof(t[i].shape));
+        t[i].data = base + m->infos[i].offset;
+    }
+    return t;
+}
+
+tdl_status_t train_checkpoint_save(train_trainer_t *tr, const char *path, int world_size)
+{
+    dit_model_t *m = tr->model;
+    const dit_config_t *c = &m->config;
+    ckpt_tensor_t *pt = trainer_tensors(m, m->params), *et = trainer_tensors(m, tr->ema);
+    ckpt_tensor_t *mt = trainer_tensors(m, tr->opt.m), *vt = trainer_tensors(m, tr->opt.v);
+    tdl_status_t st;
+    if (!pt || !et || !mt || !vt) {
+        st = tdl_error_raise(TDL_ERR_NOMEM, "checkpoint %s: out of memory", path);
+        goto out;
+    }
+    uint64_t epoch, pos;
+    train_sampler_cursor(&tr->sampler, &epoch, &pos);
+    ckpt_group_t extra[] = {{"optim/adamw/m", mt, m->ninfos}, {"optim/adamw/v", vt, m->ninfos}};
+    ckpt_attr_t attrs[] = {
+        {.key = "model", .type = CKPT_ATTR_STRING, .s = c->name},
+        {.key = "input_size", .type = CKPT_ATTR_INT, .i = c->input_size},
+        {.key = "patch_size", .type = CKPT_ATTR_INT, .i = c->patch_size},
+        {.key = "in_channels", .type = CKPT_ATTR_INT, .i = c->in_channels},
+        {.key = "hidden_size", .type = CKPT_ATTR_INT, .i = c->hidden_size},
+        {.key = "depth", .type = CKPT_ATTR_INT, .i = c->depth},
+        {.key = "num_heads", .type = CKPT_ATTR_INT, .i = c->num_heads},
+        {.key = "mlp_ratio", .type = CKPT_ATTR_DOUBLE, .d = c->mlp_ratio},
+        {.key = "num_classes", .type = CKPT_ATTR_INT, .i = c->num_classes},
+        {.key = "class_dropout_prob", .type = CKPT_ATTR_DOUBLE, .d = c->class_dropout_prob},
+        {.key = "learn_sigma", .type = CKPT_ATTR_INT, .i = 0},
+        {.key = "t_scale", .type = CKPT_ATTR_DOUBLE, .d = DIT_T_SCALE},
+        {.key = "step", .type = CKPT_ATTR_INT, .i = tr->step},
+        {.key = "adamw_step", .type = CKPT_ATTR_INT, .i = (int64_t)tr->opt.step},
+        {.key = "data_epoch", .type = CKPT_ATTR_INT, .i = (int64_t)epoch},
+        {.key = "data_position", .type = CKPT_ATTR_INT, .i = (int64_t)pos},
+        {.key = "seed", .type = CKPT_ATTR_INT, .i = (int64_t)tr->opts.seed},
+        {.key = "batch", .type = CKPT_ATTR_INT, .i = tr->opts.batch},
+        {.key = "world_size", .type = CKPT_ATTR_INT, .i = world_size},
+    };
+    st = ckpt_file_write(path, pt, et, m->ninfos, extra, 2, attrs, (int)TDL_ARRAY_SIZE(attrs));
+out:
+    free(pt), free(et), free(mt), free(vt);
+    return st;
+}
+
+tdl_status_t train_checkpoint_restore(train_trainer_t *tr, const char *path)
+{
+    dit_model_t *m = tr->model;
+    int64_t v;
+    static const char *const same[] = {"hidden_size", "depth", "num_heads", "patch_size",
+                                       "in_channels", "num_classes", "seed", "batch"};
+    const int64_t want[] = {m->config.hidden_size, m->config.depth,       m->config.num_heads,
+                            m->config.patch_size,  m->config.in_channels, m->config.num_classes,
+                            (int64_t)tr->opts.seed, tr->opts.batch};
+    tdl_status_t st;
+    for (size_t i = 0; i < TDL_ARRAY_SIZE(same); i++) {
+        if ((st = ckpt_attr_read_int(path, same[i], &v)) != TDL_OK)
+            return st;
+        if (v != want[i])
+            return tdl_error_raise(TDL_ERR_MISMATCH,
+                                   "%s was saved with %s = %lld, this run has %lld: resuming would "
+                                   "change the run (start a new --ckpt-dir, or use the same "
+                                   "settings)",
+                                   path, same[i], (long long)v, (long long)want[i]);
+    }
+    int64_t step, astep, epoch, pos;
+    if ((st = ckpt_attr_read_int(path, "step", &step)) || (st = ckpt_attr_read_int(path, "adamw_step", &astep)) ||
+        (st = ckpt_attr_read_int(path, "data_epoch", &epoch)) ||
+        (st = ckpt_attr_read_int(path, "data_position", &pos)))
+        return st;
+    /* All or nothing: everything is read into scratch first, so a file that fails half-way
+     * leaves the trainer as it was (resume falls back to an older file). */
+    size_t np = m->num_params;
+    float *buf = malloc(4 * np * sizeof(float));
+    ckpt_tensor_t *pt = buf ? trainer_tensors(m, buf) : NULL;
+    ckpt_tensor_t *et = buf ? trainer_tensors(m, buf + np) : NULL;
+    ckpt_tensor_t *mt = buf ? trainer_tensors(m, buf + 2 * np) : NULL;
+    ckpt_tensor_t *vt = buf ? trainer_tensors(m, buf + 3 * np) : NULL;
+    if (!pt || !et || !mt || !vt)
+        st = tdl_error_raise(TDL_ERR_NOMEM, "checkpoint %s: out of memory", path);
+    if (st == TDL_OK)
+        st = ckpt_weights_read(path, "model", pt, m->ninfos);
+    if (st == TDL_OK)
+        st = ckpt_weights_read(path, "ema", et, m->ninfos);
+    if (st == TDL_OK)
+        st = ckpt_weights_read(path, "optim/adamw/m", mt, m->ninfos);
+    if (st == TDL_OK)
+        st = ckpt_weights_read(path, "optim/adamw/v", vt, m->ninfos);
+    if (st == TDL_OK)
+        st = train_sampler_seek(&tr->sampler, (uint64_t)epoch, (uint64_t)pos);
+    if (st == TDL_OK) {
+        memcpy(m->params, buf, np * sizeof(float));
+        memcpy(tr->ema, buf + np, np * sizeof(float));
+        memcpy(tr->opt.m, buf + 2 * np, np * sizeof(float));
+        memcpy(tr->opt.v, buf + 3 * np, np * sizeof(float));
+    }
+    free(pt), free(et), free(mt), free(vt), free(buf);
+    if (st != TDL_OK)
+        return st;
+    tr->step = step;
+    tr->opt.step = (uint64_t)astep;
+    return TDL_OK;
+}
+
+/* Checkpoint files in dir, newest step first: "ckpt-<step>.h5". */
+static int ckpt_list(const char *dir, int64_t *steps, int max)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < max) {
+        long long s;
+        char tail[8];
+        if (sscanf(e->d_name, "ckpt-%lld.h%7s", &s, tail) == 2 && !strcmp(tail, "5"))
+            steps[n++] = s;
+    }
+    closedir(d);
+    for (int i = 1; i < n; i++) /* few files: insertion sort, descending */
+        for (int j = i; j > 0 && steps[j] > steps[j - 1]; j--) {
+            int64_t t = steps[j];
+            steps[j] = steps[j - 1];
+            steps[j - 1] = t;
+        }
+    return n;
+}
+
+tdl_status_t train_checkpoint_dir_save(train_trainer_t *tr, const char *dir, int keep,
+                                       int world_size, char *path_out, size_t size)
+{
+    char path[1024], tmp[1100], latest[1100];
+    snprintf(path, sizeof(path), "%s/ckpt-%08lld.h5", dir, (long long)tr->step);
+    tdl_status_t st = train_checkpoint_save(tr, path, world_size);
+    if (st != TDL_OK)
+        return st;
+    /* "latest" names the newest file; replaced atomically like the file itself. */
+    snprintf(latest, sizeof(latest), "%s/latest", dir);
+    snprintf(tmp, sizeof(tmp), "%s/latest.tmp.%ld", dir, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return tdl_error_raise(TDL_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+    const char *base = strrchr(path, '/') + 1;
+    char line[300];
+    int len = snprintf(line, sizeof(line), "%s\n", base);
+    if (write(fd, line, (size_t)len) != len) {
+        close(fd);
+        unlink(tmp);
+        return tdl_error_raise(TDL_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+    }
+    if ((st = tdl_file_commit(fd, tmp, latest)) != TDL_OK)
+        return st;
+    /* Keep the newest `keep`; the one just written is among them, so a good file always stays. */
+    int64_t steps[4096];
+    int n = ckpt_list(dir, steps, (int)TDL_ARRAY_SIZE(steps));
+    for (int i = TDL_MAX(keep, 1); i < n; i++) {
+        char old[1024];
+        snprintf(old, sizeof(old), "%s/ckpt-%08lld.h5", dir, (long long)steps[i]);
+        unlink(old);
+    }
+    if (path_out)
+        snprintf(path_out, size, "%s", path);
+    return TDL_OK;
+}
+
+tdl_status_t train_checkpoint_resume_auto(train_trainer_t *tr, const char *dir, char *path_out,
+                                          size_t size)
+{
+    int64_t steps[4096];
+    int n = ckpt_list(dir, steps, (int)TDL_ARRAY_SIZE(steps));
+    for (int i = 0; i < n; i++) {
+        char path[1024];
+        snprintf(path, sizeof(path), "%s/ckpt-%08lld.h5", dir, (long long)steps[i]);
+        tdl_status_t st = train_checkpoint_restore(tr, path);
+        if (st == TDL_OK) {
+            snprintf(path_out, size, "%s", path);
+            return TDL_OK;
+        }
+        if (st == TDL_ERR_MISMATCH)
+            return st;
+        TDL_WARN("skipping checkpoint %s: %s; trying an older one", path, tdl_error_get());
+    }
+    return tdl_error_raise(TDL_ERR_NOT_FOUND, "no checkpoint in %s verifies", dir);
+}
