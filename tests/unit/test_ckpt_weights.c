@@ -543,8 +543,13 @@ static void test_read_errors(void)
     ok(ckpt_attr_read_string(foreign, "fixed", &s) == TDL_OK && s && strcmp(s, "abcdefgh") == 0,
        "a fixed-length string attribute (h5py's bytes) reads whole");
     free(s);
-    is_int(ckpt_weights_read(foreign, "model/sub", &one, 1), TDL_ERR_INVALID_ARG,
-           "a group name with '/': TDL_ERR_INVALID_ARG");
+    /* nested group paths are names ("optim/adamw/m"); malformed paths are refused */
+    is_int(ckpt_weights_read(foreign, "model/sub", &one, 1), TDL_ERR_NOT_FOUND,
+           "a nested group that is not there: TDL_ERR_NOT_FOUND");
+    is_int(ckpt_weights_read(foreign, "/model", &one, 1), TDL_ERR_INVALID_ARG,
+           "a group path with a leading '/': TDL_ERR_INVALID_ARG");
+    is_int(ckpt_weights_read(foreign, "model//x", &one, 1), TDL_ERR_INVALID_ARG,
+           "a group path with an empty component: TDL_ERR_INVALID_ARG");
 
     model_blank(&got, &model, 7.0f);
     struct {
