@@ -1,0 +1,91 @@
+/* codec: gradient codecs for the compressed all-reduce, one file per format, chosen by name.
+ *
+ * A codec turns n f32 values into bytes and back. Every encoding is a pure function of the
+ * values, the codec's configuration and where the encoding happens (codec_where_t), so runs are
+ * reproducible and every rank that decodes the same bytes gets the same floats. The all-reduce
+ * calls encode for a rank's own values, decode_accumulate_encode (out = encode(local +
+ * decode(in))) at every accumulating hop, and decode or decode_accumulate for the result.
+ * Layouts, rounding and worked examples: doc/codec_formats.md. */
+#ifndef TIDAL_CODEC_H
+#define TIDAL_CODEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Where an encoding happens: stochastic rounding draws its random bits from the Philox stream
+ * (seed, codec_where_stream(w)), word i for value i. */
+typedef struct codec_where {
+    uint64_t seed;     /* run seed */
+    int rank;          /* world rank encoding */
+    int hop;           /* 0 for a rank's own values, +1 per accumulation */
+    int contributions; /* how many ranks' values the data sums (hop + 1 on a ring) */
+    uint64_t stream;   /* collective identity and chunk, mixed: codec_stream_make() */
+} codec_where_t;
+
+typedef enum {
+    CODEC_ROUND_NEAREST = 0, /* round to nearest, ties to even (the default) */
+    CODEC_ROUND_STOCHASTIC,  /* unbiased: up with probability equal to the distance from below */
+    CODEC_ROUND_COUNT
+} codec_round_t;
+
+/* Options every format reads; a zeroed struct (or a NULL cfg) is the default. */
+typedef struct codec_config {
+    codec_round_t round;
+} codec_config_t;
+
+/* cfg is the codec's configuration (codec_t.cfg; NULL means the defaults). Sizes are in bytes,
+ * counts in values. Outputs are written only on success. Decoding checks in_bytes against n and
+ * the layout and answers TDL_ERR_CORRUPT, naming what is wrong, without reading past in_bytes. */
+typedef struct codec_ops {
+    const char *name;
+    /* The bound on encoded size; for the formats here it is the exact size. */
+    size_t (*max_encoded_bytes)(const void *cfg, size_t n);
+    tdl_status_t (*encode)(const void *cfg, const codec_where_t *w, const float *in, size_t n,
+                           void *out, size_t *out_bytes);
+    tdl_status_t (*decode)(const void *cfg, const void *in, size_t in_bytes, float *out, size_t n);
+    /* acc += decode(in) */
+    tdl_status_t (*decode_accumulate)(const void *cfg, const void *in, size_t in_bytes, float *acc,
+                                      size_t n);
+    /* out = encode(local + decode(in)) in one pass, byte for byte the same as the two steps. */
+    tdl_status_t (*decode_accumulate_encode)(const void *cfg, const codec_where_t *w,
+                                             const void *in, size_t in_bytes, const float *local,
+                                             size_t n, void *out, size_t *out_bytes);
+    /* Encoded bits per value including all metadata, for n values (n == 0: the limit). */
+    double (*bits_per_coord)(const void *cfg, size_t n);
+} codec_ops_t;
+
+/* NULL if unknown. */
+const codec_ops_t *codec_find(const char *name);
+/* "f32|bf16|fp16|mxfp8_e4m3|..." in table order. */
+const char *codec_names(void);
+
+/* A format with its configuration, as the all-reduce adapter holds it. */
+typedef struct codec {
+    const codec_ops_t *ops;
+    const void *cfg;
+} codec_t;
+
+/* config may be NULL (defaults). Unknown name: TDL_ERR_NOT_FOUND listing the names. */
+tdl_status_t codec_create(const char *name, const codec_config_t *config, codec_t **codec_out);
+void codec_destroy(codec_t *codec);
+
+const char *codec_round_name(codec_round_t round); /* "nearest", "stochastic" */
+tdl_status_t codec_round_parse(const char *text, codec_round_t *round_out);
+
+/* A well-mixed 64-bit hash (SplitMix64's finalizer). */
+uint64_t codec_mix64(uint64_t x);
+/* codec_where_t.stream for chunk `chunk` of collective (group id, sequence number). */
+uint64_t codec_stream_make(uint64_t group_id, uint64_t seq, uint64_t chunk);
+/* The Philox stream stochastic rounding uses: (stream, rank, hop) mixed. */
+uint64_t codec_where_stream(const codec_where_t *w);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TIDAL_CODEC_H */
