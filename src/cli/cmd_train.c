@@ -29,6 +29,9 @@ static const tdl_param_def_t train_params[] = {
     {"clip", TDL_PARAM_DOUBLE, "1.0", "gradient-norm clipping (0: off)", NULL, 0, 1e9},
     {"ema", TDL_PARAM_DOUBLE, "0.999", "EMA decay of the sampling weights", NULL, 0, 1},
     {"weight-decay", TDL_PARAM_DOUBLE, "0", "AdamW decoupled weight decay", NULL, 0, 1},
+    {"allreduce", TDL_PARAM_ENUM, "f32",
+     "gradient all-reduce format (f32: exact; the others compress every hop)",
+     "f32|bf16|fp16|mxfp8_e4m3|mxfp8_e5m2|mxfp6_e3m2|mxfp6_e2m3|mxfp4_e2m1", 1, 0},
     {"seed", TDL_PARAM_INT, "1", "seed of every random stream (init, data order, noise)", NULL, 0,
      9.2e18},
     {"log-every", TDL_PARAM_INT, "25", "progress line every N steps", NULL, 1, 1e9},
@@ -97,6 +100,7 @@ static int train_run(tdl_params_t *params, int npos, char **pos)
         .ema_decay = (float)tdl_param_double(params, "ema"),
         .warmup = tdl_param_int(params, "warmup"),
         .seed = (uint64_t)tdl_param_int(params, "seed"),
+        .allreduce = tdl_param_str(params, "allreduce"),
     };
     const char *out_dir = tdl_param_str(params, "out");
     int log_every = (int)tdl_param_int(params, "log-every");

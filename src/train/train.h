@@ -126,6 +126,7 @@ typedef struct train_opts {
     float lr, weight_decay, clip, ema_decay;
     int64_t warmup;
     uint64_t seed;
+    const char *allreduce;  /* gradient codec: "f32" (exact, no codec), "bf16", "mxfp8_e4m3", ... */
 } train_opts_t;
 
 typedef struct train_trainer train_trainer_t;
@@ -173,6 +174,16 @@ tdl_status_t train_checkpoint_dir_save(train_trainer_t *tr, const char *dir, int
  * skipped; TDL_ERR_NOT_FOUND when there is none. */
 tdl_status_t train_checkpoint_resume_auto(train_trainer_t *tr, const char *dir, char *path_out,
                                           size_t size);
+
+/* ==== compressed gradient all-reduce (src/train/allreduce_codec.c) ======================== */
+
+/* A src/codec format ("bf16", "mxfp8_e4m3", ...) behind gfc's codec hook. */
+typedef struct train_codec train_codec_t;
+tdl_status_t train_codec_create(const char *name, bool stochastic, uint64_t seed,
+                                train_codec_t **out);
+const gfc_codec_t *train_codec_hook(const train_codec_t *codec);
+double train_codec_bits_per_coord(const train_codec_t *codec, size_t n);
+void train_codec_free(train_codec_t *codec);
 
 #ifdef __cplusplus
 }

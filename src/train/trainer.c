@@ -22,6 +22,7 @@ struct train_trainer {
     uint64_t *batch_idx;                   /* [batch] */
     float *x0, *noise, *x_t, *target, *out, *dout, *t; /* [micro_batch, ...] */
     int *y;
+    train_codec_t *codec;                  /* NULL: exact f32 all-reduce */
 };
 
 #define TRAIN_STREAM_SAMPLE 0x73616d706c65ull /* "sample": noise, t and label dropout */
@@ -30,6 +31,7 @@ void train_trainer_free(train_trainer_t *tr)
 {
     if (!tr)
         return;
+    train_codec_free(tr->codec);
     free(tr->y), free(tr->t), free(tr->dout), free(tr->out), free(tr->target);
     free(tr->x_t), free(tr->noise), free(tr->x0), free(tr->batch_idx);
     train_sampler_free(&tr->sampler);
@@ -72,6 +74,9 @@ tdl_status_t train_trainer_create_with_data(const train_opts_t *o, train_dataset
     }
     tr->opts = *o;
     tr->data = data;
+    if (o->allreduce && strcmp(o->allreduce, "f32") != 0 &&
+        (st = train_codec_create(o->allreduce, false, o->seed, &tr->codec)) != TDL_OK)
+        goto err;
     if (train_dataset_channels(tr->data) != cfg.in_channels ||
         train_dataset_num_classes(tr->data) > cfg.num_classes) {
         st = tdl_error_raise(TDL_ERR_MISMATCH,
@@ -172,8 +177,28 @@ tdl_status_t train_trainer_step(train_trainer_t *tr, gfc_group_t *group, double 
         loss_sum += mse * k;
     }
     if (group && members > 1) {
+        /* Gradients are checked before they are encoded: a NaN or Inf is reported and the step
+         * skipped by every member, never folded into the sum. */
+        float bad = 0;
+        for (size_t i = 0; i < m->num_params; i++)
+            bad += !isfinite(m->grads[i]);
+        float any_bad;
+        if ((st = gfc_allreduce(group, &bad, &any_bad, 1, GFC_DT_F32, GFC_OP_MAX, NULL)))
+            return st;
+        if (any_bad > 0) {
+            TDL_WARN("step %lld: a gradient on some rank is not finite: step skipped",
+                     (long long)tr->step);
+            tr->step++;
+            if (loss_out)
+                *loss_out = NAN;
+            if (skipped_out)
+                *skipped_out = true;
+            return TDL_OK;
+        }
+        gfc_allreduce_opts_t ar = {.algo = GFC_ALLREDUCE_AUTO,
+                                   .codec = tr->codec ? train_codec_hook(tr->codec) : NULL};
         if ((st = gfc_allreduce(group, m->grads, m->grads, m->num_params, GFC_DT_F32, GFC_OP_SUM,
-                                NULL)) != TDL_OK)
+                                &ar)) != TDL_OK)
             return st;
         float l = (float)loss_sum, total;
         if ((st = gfc_allreduce(group, &l, &total, 1, GFC_DT_F32, GFC_OP_SUM, NULL)) != TDL_OK)

@@ -1,0 +1,106 @@
+/* The bridge between src/codec and gfc's codec hook: gfc calls these at every hop of the ring or
+ * butterfly all-reduce, and they call the chosen format. The random stream of an encoding is a
+ * function of (run seed, rank, hop, collective, chunk), so runs repeat exactly. */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec/codec.h"
+#include "train/train.h"
+
+struct train_codec {
+    codec_t *codec;
+    uint64_t seed;
+    gfc_codec_ops_t ops;
+    gfc_codec_t hook;
+};
+
+static void where_of(const train_codec_t *t, const gfc_codec_hop_t *h, codec_where_t *w)
+{
+    w->seed = t->seed;
+    w->rank = h->rank;
+    w->hop = h->hop;
+    w->contributions = h->contributions;
+    w->stream = codec_stream_make(h->group_id, h->seq, h->chunk);
+}
+
+static size_t hook_max(void *ctx, size_t n)
+{
+    const train_codec_t *t = ctx;
+    return t->codec->ops->max_encoded_bytes(t->codec->cfg, n);
+}
+
+static tdl_status_t hook_encode(void *ctx, const gfc_codec_hop_t *hop, const float *in, size_t n,
+                                void *out, size_t *out_bytes)
+{
+    const train_codec_t *t = ctx;
+    codec_where_t w;
+    where_of(t, hop, &w);
+    return t->codec->ops->encode(t->codec->cfg, &w, in, n, out, out_bytes);
+}
+
+static tdl_status_t hook_decode(void *ctx, const void *in, size_t in_bytes, float *out, size_t n)
+{
+    const train_codec_t *t = ctx;
+    return t->codec->ops->decode(t->codec->cfg, in, in_bytes, out, n);
+}
+
+static tdl_status_t hook_dae(void *ctx, const gfc_codec_hop_t *hop, const void *in,
+                             size_t in_bytes, const float *local, size_t n, void *out,
+                             size_t *out_bytes)
+{
+    const train_codec_t *t = ctx;
+    codec_where_t w;
+    where_of(t, hop, &w);
+    return t->codec->ops->decode_accumulate_encode(t->codec->cfg, &w, in, in_bytes, local, n, out,
+                                                   out_bytes);
+}
+
+static tdl_status_t hook_da(void *ctx, const void *in, size_t in_bytes, float *acc, size_t n)
+{
+    const train_codec_t *t = ctx;
+    return t->codec->ops->decode_accumulate(t->codec->cfg, in, in_bytes, acc, n);
+}
+
+tdl_status_t train_codec_create(const char *name, bool stochastic, uint64_t seed,
+                                train_codec_t **out)
+{
+    train_codec_t *t = calloc(1, sizeof(*t));
+    if (!t)
+        return tdl_error_raise(TDL_ERR_NOMEM, "all-reduce codec: out of memory");
+    codec_config_t cfg = {.round = stochastic ? CODEC_ROUND_STOCHASTIC : CODEC_ROUND_NEAREST};
+    tdl_status_t st = codec_create(name, &cfg, &t->codec);
+    if (st != TDL_OK) {
+        free(t);
+        return st;
+    }
+    t->seed = seed;
+    t->ops = (gfc_codec_ops_t){.name = t->codec->ops->name,
+                               .max_encoded_bytes = hook_max,
+                               .encode = hook_encode,
+                               .decode = hook_decode,
+                               .decode_accumulate_encode = hook_dae,
+                               .decode_accumulate = hook_da};
+    t->hook = (gfc_codec_t){.ops = &t->ops, .ctx = t};
+    *out = t;
+    return TDL_OK;
+}
+
+const gfc_codec_t *train_codec_hook(const train_codec_t *t)
+{
+    return &t->hook;
+}
+
+double train_codec_bits_per_coord(const train_codec_t *t, size_t n)
+{
+    return t->codec->ops->bits_per_coord(t->codec->cfg, n);
+}
+
+void train_codec_free(train_codec_t *t)
+{
+    if (!t)
+        return;
+    codec_destroy(t->codec);
+    free(t);
+}
