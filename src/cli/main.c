@@ -20,6 +20,7 @@ static const cli_command_t *const commands[] = {
     &cli_cmd_info,
     &cli_cmd_train,
     &cli_cmd_generate,
+    &cli_cmd_ckpt,
 };
 
 int cli_usage_error(const char *fmt, ...)

@@ -175,6 +175,10 @@ tdl_status_t train_checkpoint_dir_save(train_trainer_t *tr, const char *dir, int
 tdl_status_t train_checkpoint_resume_auto(train_trainer_t *tr, const char *dir, char *path_out,
                                           size_t size);
 
+/* Reads every group of a weights or checkpoint file in full (shapes against the configuration,
+ * Fletcher32 checksums); on success summary says what is in it. */
+tdl_status_t train_checkpoint_verify(const char *path, char *summary, size_t size);
+
 /* ==== compressed gradient all-reduce (src/train/allreduce_codec.c) ======================== */
 
 /* A src/codec format ("bf16", "mxfp8_e4m3", ...) behind gfc's codec hook. */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ckpt/ckpt.h"
+#include "tensor/tensor.h"
 #include "train/train.h"
 
 static ckpt_tensor_t *tensors_of(const dit_model_t *m, float *base)
@@ -113,4 +114,40 @@ tdl_status_t train_weights_load(const char *path, const char *group, int max_bat
     }
     *model_out = m;
     return TDL_OK;
+}
+
+tdl_status_t train_checkpoint_verify(const char *path, char *summary, size_t size)
+{
+    dit_model_t *m;
+    tdl_status_t st = train_weights_load(path, "model", 1, 0, &m);
+    if (st != TDL_OK)
+        return st;
+    /* Every further group present is read in full too: that is what checks its checksums. */
+    /* (group to look for, group to read): nested groups are looked for by their top name */
+    static const char *const groups[][2] = {
+        {"ema", "ema"}, {"optim", "optim/adamw/m"}, {"optim", "optim/adamw/v"}};
+    float *scratch = tensor_alloc(m->num_params);
+    ckpt_tensor_t *t = scratch ? tensors_of(m, scratch) : NULL;
+    char found[128] = "model";
+    if (!t)
+        st = tdl_error_raise(TDL_ERR_NOMEM, "verifying %s: out of memory", path);
+    for (size_t i = 0; st == TDL_OK && i < TDL_ARRAY_SIZE(groups); i++) {
+        bool has = false;
+        if ((st = ckpt_weights_has_group(path, groups[i][0], &has)) != TDL_OK || !has)
+            continue;
+        if ((st = ckpt_weights_read(path, groups[i][1], t, m->ninfos)) == TDL_OK) {
+            size_t len = strlen(found);
+            snprintf(found + len, sizeof(found) - len, ", %s", groups[i][1]);
+        }
+    }
+    int64_t step = -1;
+    if (st == TDL_OK && ckpt_attr_read_int(path, "step", &step) != TDL_OK)
+        step = -1;
+    if (st == TDL_OK)
+        snprintf(summary, size, "%s: %s, %zu parameters, step %lld, groups %s: ok", path,
+                 m->config.name, m->num_params, (long long)step, found);
+    free(t);
+    free(scratch);
+    dit_model_free(m);
+    return st;
 }
