@@ -256,25 +256,14 @@ const float *train_trainer_ema(const train_trainer_t *tr)
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
-
-static ckpt_tensor_t *trainer_tensors(const dit_model_t *m, float *base)
-{
-    ckpt_tensor_t *t = calloc((size_t)m->ninfos, sizeof(*t));
-    for (int i = 0; t && i < m->ninfos; i++) {
-        t[i].name = m->infos[i].name;
-        t[i].ndim = m->infos[i].ndim;
-        memcpy(t[i].shape, m->infos[i].shape, sizeof(t[i].shape));
-        t[i].data = base + m->infos[i].offset;
-    }
-    return t;
-}
+#include "train/train_internal.h"
 
 tdl_status_t train_checkpoint_save(train_trainer_t *tr, const char *path, int world_size)
 {
     dit_model_t *m = tr->model;
     const dit_config_t *c = &m->config;
-    ckpt_tensor_t *pt = trainer_tensors(m, m->params), *et = trainer_tensors(m, tr->ema);
-    ckpt_tensor_t *mt = trainer_tensors(m, tr->opt.m), *vt = trainer_tensors(m, tr->opt.v);
+    ckpt_tensor_t *pt = train_tensors_of(m, m->params), *et = train_tensors_of(m, tr->ema);
+    ckpt_tensor_t *mt = train_tensors_of(m, tr->opt.m), *vt = train_tensors_of(m, tr->opt.v);
     tdl_status_t st;
     if (!pt || !et || !mt || !vt) {
         st = tdl_error_raise(TDL_ERR_NOMEM, "checkpoint %s: out of memory", path);
@@ -283,19 +272,9 @@ tdl_status_t train_checkpoint_save(train_trainer_t *tr, const char *path, int wo
     uint64_t epoch, pos;
     train_sampler_cursor(&tr->sampler, &epoch, &pos);
     ckpt_group_t extra[] = {{"optim/adamw/m", mt, m->ninfos}, {"optim/adamw/v", vt, m->ninfos}};
-    ckpt_attr_t attrs[] = {
-        {.key = "model", .type = CKPT_ATTR_STRING, .s = c->name},
-        {.key = "input_size", .type = CKPT_ATTR_INT, .i = c->input_size},
-        {.key = "patch_size", .type = CKPT_ATTR_INT, .i = c->patch_size},
-        {.key = "in_channels", .type = CKPT_ATTR_INT, .i = c->in_channels},
-        {.key = "hidden_size", .type = CKPT_ATTR_INT, .i = c->hidden_size},
-        {.key = "depth", .type = CKPT_ATTR_INT, .i = c->depth},
-        {.key = "num_heads", .type = CKPT_ATTR_INT, .i = c->num_heads},
-        {.key = "mlp_ratio", .type = CKPT_ATTR_DOUBLE, .d = c->mlp_ratio},
-        {.key = "num_classes", .type = CKPT_ATTR_INT, .i = c->num_classes},
-        {.key = "class_dropout_prob", .type = CKPT_ATTR_DOUBLE, .d = c->class_dropout_prob},
-        {.key = "learn_sigma", .type = CKPT_ATTR_INT, .i = 0},
-        {.key = "t_scale", .type = CKPT_ATTR_DOUBLE, .d = DIT_T_SCALE},
+    ckpt_attr_t attrs[TRAIN_CONFIG_ATTRS + 7];
+    int na = train_config_attrs(c, attrs);
+    const ckpt_attr_t state[] = {
         {.key = "step", .type = CKPT_ATTR_INT, .i = tr->step},
         {.key = "adamw_step", .type = CKPT_ATTR_INT, .i = (int64_t)tr->opt.step},
         {.key = "data_epoch", .type = CKPT_ATTR_INT, .i = (int64_t)epoch},
@@ -304,7 +283,9 @@ tdl_status_t train_checkpoint_save(train_trainer_t *tr, const char *path, int wo
         {.key = "batch", .type = CKPT_ATTR_INT, .i = tr->opts.batch},
         {.key = "world_size", .type = CKPT_ATTR_INT, .i = world_size},
     };
-    st = ckpt_file_write(path, pt, et, m->ninfos, extra, 2, attrs, (int)TDL_ARRAY_SIZE(attrs));
+    memcpy(attrs + na, state, sizeof(state));
+    na += (int)TDL_ARRAY_SIZE(state);
+    st = ckpt_file_write(path, pt, et, m->ninfos, extra, 2, attrs, na);
 out:
     free(pt), free(et), free(mt), free(vt);
     return st;
@@ -339,10 +320,10 @@ tdl_status_t train_checkpoint_restore(train_trainer_t *tr, const char *path)
      * leaves the trainer as it was (resume falls back to an older file). */
     size_t np = m->num_params;
     float *buf = malloc(4 * np * sizeof(float));
-    ckpt_tensor_t *pt = buf ? trainer_tensors(m, buf) : NULL;
-    ckpt_tensor_t *et = buf ? trainer_tensors(m, buf + np) : NULL;
-    ckpt_tensor_t *mt = buf ? trainer_tensors(m, buf + 2 * np) : NULL;
-    ckpt_tensor_t *vt = buf ? trainer_tensors(m, buf + 3 * np) : NULL;
+    ckpt_tensor_t *pt = buf ? train_tensors_of(m, buf) : NULL;
+    ckpt_tensor_t *et = buf ? train_tensors_of(m, buf + np) : NULL;
+    ckpt_tensor_t *mt = buf ? train_tensors_of(m, buf + 2 * np) : NULL;
+    ckpt_tensor_t *vt = buf ? train_tensors_of(m, buf + 3 * np) : NULL;
     if (!pt || !et || !mt || !vt)
         st = tdl_error_raise(TDL_ERR_NOMEM, "checkpoint %s: out of memory", path);
     if (st == TDL_OK)

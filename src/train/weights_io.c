@@ -9,8 +9,9 @@
 #include "ckpt/ckpt.h"
 #include "tensor/tensor.h"
 #include "train/train.h"
+#include "train/train_internal.h"
 
-static ckpt_tensor_t *tensors_of(const dit_model_t *m, float *base)
+ckpt_tensor_t *train_tensors_of(const dit_model_t *m, float *base)
 {
     ckpt_tensor_t *t = calloc((size_t)m->ninfos, sizeof(*t));
     for (int i = 0; t && i < m->ninfos; i++) {
@@ -36,19 +37,9 @@ static char *config_json(const dit_config_t *c)
     return s;
 }
 
-tdl_status_t train_weights_save(const char *path, const dit_model_t *m, const float *ema,
-                                int64_t step)
+int train_config_attrs(const dit_config_t *c, ckpt_attr_t *attrs)
 {
-    const dit_config_t *c = &m->config;
-    ckpt_tensor_t *model = tensors_of(m, m->params);
-    ckpt_tensor_t *emat = ema ? tensors_of(m, (float *)ema) : NULL;
-    char *json = config_json(c);
-    tdl_status_t st;
-    if (!model || (ema && !emat) || !json) {
-        st = tdl_error_raise(TDL_ERR_NOMEM, "saving %s: out of memory", path);
-        goto out;
-    }
-    ckpt_attr_t attrs[] = {
+    const ckpt_attr_t a[TRAIN_CONFIG_ATTRS] = {
         {.key = "model", .type = CKPT_ATTR_STRING, .s = c->name},
         {.key = "input_size", .type = CKPT_ATTR_INT, .i = c->input_size},
         {.key = "patch_size", .type = CKPT_ATTR_INT, .i = c->patch_size},
@@ -61,10 +52,28 @@ tdl_status_t train_weights_save(const char *path, const dit_model_t *m, const fl
         {.key = "class_dropout_prob", .type = CKPT_ATTR_DOUBLE, .d = c->class_dropout_prob},
         {.key = "learn_sigma", .type = CKPT_ATTR_INT, .i = 0},
         {.key = "t_scale", .type = CKPT_ATTR_DOUBLE, .d = DIT_T_SCALE},
-        {.key = "step", .type = CKPT_ATTR_INT, .i = step},
-        {.key = "config_json", .type = CKPT_ATTR_STRING, .s = json},
     };
-    st = ckpt_weights_write(path, model, emat, m->ninfos, attrs, (int)TDL_ARRAY_SIZE(attrs));
+    memcpy(attrs, a, sizeof(a));
+    return TRAIN_CONFIG_ATTRS;
+}
+
+tdl_status_t train_weights_save(const char *path, const dit_model_t *m, const float *ema,
+                                int64_t step)
+{
+    const dit_config_t *c = &m->config;
+    ckpt_tensor_t *model = train_tensors_of(m, m->params);
+    ckpt_tensor_t *emat = ema ? train_tensors_of(m, (float *)ema) : NULL;
+    char *json = config_json(c);
+    tdl_status_t st;
+    if (!model || (ema && !emat) || !json) {
+        st = tdl_error_raise(TDL_ERR_NOMEM, "saving %s: out of memory", path);
+        goto out;
+    }
+    ckpt_attr_t attrs[TRAIN_CONFIG_ATTRS + 2];
+    int na = train_config_attrs(c, attrs);
+    attrs[na++] = (ckpt_attr_t){.key = "step", .type = CKPT_ATTR_INT, .i = step};
+    attrs[na++] = (ckpt_attr_t){.key = "config_json", .type = CKPT_ATTR_STRING, .s = json};
+    st = ckpt_weights_write(path, model, emat, m->ninfos, attrs, na);
 out:
     free(json);
     free(emat);
@@ -104,7 +113,7 @@ tdl_status_t train_weights_load(const char *path, const char *group, int max_bat
     if ((st = dit_model_create(&c, max_batch, max_resolution ? max_resolution : c.input_size,
                                &m)) != TDL_OK)
         return st;
-    ckpt_tensor_t *t = tensors_of(m, m->params);
+    ckpt_tensor_t *t = train_tensors_of(m, m->params);
     st = t ? ckpt_weights_read(path, group, t, m->ninfos)
            : tdl_error_raise(TDL_ERR_NOMEM, "loading %s: out of memory", path);
     free(t);
@@ -127,7 +136,7 @@ tdl_status_t train_checkpoint_verify(const char *path, char *summary, size_t siz
     static const char *const groups[][2] = {
         {"ema", "ema"}, {"optim", "optim/adamw/m"}, {"optim", "optim/adamw/v"}};
     float *scratch = tensor_alloc(m->num_params);
-    ckpt_tensor_t *t = scratch ? tensors_of(m, scratch) : NULL;
+    ckpt_tensor_t *t = scratch ? train_tensors_of(m, scratch) : NULL;
     char found[128] = "model";
     if (!t)
         st = tdl_error_raise(TDL_ERR_NOMEM, "verifying %s: out of memory", path);
