@@ -32,6 +32,11 @@ static const tdl_param_def_t train_params[] = {
     {"allreduce", TDL_PARAM_ENUM, "f32",
      "gradient all-reduce format (f32: exact; the others compress every hop)",
      "f32|bf16|fp16|mxfp8_e4m3|mxfp8_e5m2|mxfp6_e3m2|mxfp6_e2m3|mxfp4_e2m1", 1, 0},
+    {"dump-grads", TDL_PARAM_STRING, NULL,
+     "directory where each rank writes its own gradient (grads-<step>-rank<r>.h5, under the "
+     "PyTorch names) every --dump-grads-every steps, for the codec benchmarks",
+     NULL, 1, 0},
+    {"dump-grads-every", TDL_PARAM_INT, "100", "steps between gradient dumps", NULL, 1, 1e12},
     {"seed", TDL_PARAM_INT, "1", "seed of every random stream (init, data order, noise)", NULL, 0,
      9.2e18},
     {"log-every", TDL_PARAM_INT, "25", "progress line every N steps", NULL, 1, 1e9},
@@ -101,6 +106,8 @@ static int train_run(tdl_params_t *params, int npos, char **pos)
         .warmup = tdl_param_int(params, "warmup"),
         .seed = (uint64_t)tdl_param_int(params, "seed"),
         .allreduce = tdl_param_str(params, "allreduce"),
+        .dump_grads = tdl_param_str(params, "dump-grads"),
+        .dump_every = tdl_param_int(params, "dump-grads-every"),
     };
     const char *out_dir = tdl_param_str(params, "out");
     int log_every = (int)tdl_param_int(params, "log-every");
@@ -146,6 +153,9 @@ static int train_run(tdl_params_t *params, int npos, char **pos)
         g = &group;
     }
     if ((st = train_trainer_create(&o, &tr)) != TDL_OK)
+        goto out;
+    /* every rank writes its own gradient files */
+    if (o.dump_grads && (st = mkdir_p(o.dump_grads)) != TDL_OK)
         goto out;
     char from[1100] = "";
     if (!strcmp(resume, "auto")) {

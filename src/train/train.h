@@ -127,6 +127,8 @@ typedef struct train_opts {
     int64_t warmup;
     uint64_t seed;
     const char *allreduce;  /* gradient codec: "f32" (exact, no codec), "bf16", "mxfp8_e4m3", ... */
+    const char *dump_grads; /* directory for grads-<step>-rank<r>.h5 (NULL: none) */
+    int64_t dump_every;     /* steps between gradient dumps */
 } train_opts_t;
 
 typedef struct train_trainer train_trainer_t;

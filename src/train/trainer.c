@@ -9,6 +9,7 @@
 #include "dit/dit.h"
 #include "gfc/gfc.h"
 #include "train/train.h"
+#include "train/train_internal.h"
 
 struct train_trainer {
     train_opts_t opts;
@@ -175,6 +176,25 @@ tdl_status_t train_trainer_step(train_trainer_t *tr, gfc_group_t *group, double 
         if ((st = dit_model_backward(m, tr->dout)) != TDL_OK)
             return st;
         loss_sum += mse * k;
+    }
+    if (o->dump_grads && o->dump_every > 0 && tr->step % o->dump_every == 0) {
+        /* Each rank's own gradient, before any sum: the inputs of the all-reduce, for the codec
+         * benchmarks. */
+        char path[1024];
+        int rank = group ? group->ranks[group->me] : 0;
+        snprintf(path, sizeof(path), "%s/grads-%08lld-rank%d.h5", o->dump_grads,
+                 (long long)tr->step, rank);
+        ckpt_tensor_t *gt = train_tensors_of(m, m->grads);
+        ckpt_attr_t attrs[TRAIN_CONFIG_ATTRS + 3];
+        int na = train_config_attrs(cfg, attrs);
+        attrs[na++] = (ckpt_attr_t){.key = "step", .type = CKPT_ATTR_INT, .i = tr->step};
+        attrs[na++] = (ckpt_attr_t){.key = "rank", .type = CKPT_ATTR_INT, .i = rank};
+        attrs[na++] = (ckpt_attr_t){.key = "members", .type = CKPT_ATTR_INT, .i = members};
+        st = gt ? ckpt_weights_write(path, gt, NULL, m->ninfos, attrs, na)
+                : tdl_error_raise(TDL_ERR_NOMEM, "gradient dump: out of memory");
+        free(gt);
+        if (st != TDL_OK)
+            return st;
     }
     if (group && members > 1) {
         /* Gradients are checked before they are encoded: a NaN or Inf is reported and the step

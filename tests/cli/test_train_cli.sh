@@ -20,7 +20,8 @@ if command -v h5ls >/dev/null 2>&1; then
                h5ls -r '$dir/one/model.h5' | grep -q '^/ema/y_embedder.embedding_table.weight'"
 fi
 
-out=`tidal_mpirun 2 "$TIDAL" train $args --out "$dir/two" 2>&1`; rc=$?
+out=`tidal_mpirun 2 "$TIDAL" train $args --out "$dir/two" --dump-grads "$dir/grads" \
+    --dump-grads-every 2 2>&1`; rc=$?
 check "train under mpirun -np 2 exits 0" [ $rc = 0 ]
 [ $rc = 0 ] || diag "$out"
 # Same global batch and data order: the loss columns agree to the printed precision (4 places
@@ -28,6 +29,10 @@ check "train under mpirun -np 2 exits 0" [ $rc = 0 ]
 l1=`cut -d, -f2 "$dir/one/loss.csv" | tail -n +2 | awk '{printf "%.4f ", $1}'`
 l2=`cut -d, -f2 "$dir/two/loss.csv" | tail -n +2 | awk '{printf "%.4f ", $1}'`
 check "1 and 2 ranks give the same losses ($l1/ $l2)" [ "$l1" = "$l2" ]
+check "--dump-grads: each rank wrote its gradient at steps 0 and 2" \
+    [ "`ls "$dir/grads" | grep -c '^grads-0000000[02]-rank[01].h5$'`" = 4 ]
+check "the dumps are readable weights files under the model's names" \
+    "$TIDAL" ckpt verify "$dir/grads/grads-00000002-rank1.h5"
 
 out=`"$TIDAL" generate --ckpt "$dir/one/model.h5" --n 6 --steps 3 --seed 5 -o "$dir/a.png" 2>&1`
 rc=$?
