@@ -31,7 +31,8 @@ static const tdl_param_def_t train_params[] = {
     {"weight-decay", TDL_PARAM_DOUBLE, "0", "AdamW decoupled weight decay", NULL, 0, 1},
     {"allreduce", TDL_PARAM_ENUM, "f32",
      "gradient all-reduce format (f32: exact; the others compress every hop)",
-     "f32|bf16|fp16|mxfp8_e4m3|mxfp8_e5m2|mxfp6_e3m2|mxfp6_e2m3|mxfp4_e2m1", 1, 0},
+     "f32|bf16|fp16|mxfp8_e4m3|mxfp8_e5m2|mxfp6_e3m2|mxfp6_e2m3|mxfp4_e2m1|int8|int8_rht", 1,
+     0},
     {"dump-grads", TDL_PARAM_STRING, NULL,
      "directory where each rank writes its own gradient (grads-<step>-rank<r>.h5, under the "
      "PyTorch names) every --dump-grads-every steps, for the codec benchmarks",

@@ -11,6 +11,7 @@
 static const codec_ops_t *const codec_table[] = {
     &codec_f32_ops,        &codec_bf16_ops,       &codec_fp16_ops,       &codec_mxfp8_e4m3_ops,
     &codec_mxfp8_e5m2_ops, &codec_mxfp6_e3m2_ops, &codec_mxfp6_e2m3_ops, &codec_mxfp4_e2m1_ops,
+    &codec_int8_ops,       &codec_int8_rht_ops,
 };
 
 static const char *const codec_round_names[CODEC_ROUND_COUNT] = {"nearest", "stochastic"};
@@ -27,7 +28,7 @@ const codec_ops_t *codec_find(const char *name)
 
 const char *codec_names(void)
 {
-    return "f32|bf16|fp16|mxfp8_e4m3|mxfp8_e5m2|mxfp6_e3m2|mxfp6_e2m3|mxfp4_e2m1";
+    return "f32|bf16|fp16|mxfp8_e4m3|mxfp8_e5m2|mxfp6_e3m2|mxfp6_e2m3|mxfp4_e2m1|int8|int8_rht";
 }
 
 /* The configuration lives in the same allocation as the codec_t. */

@@ -17,6 +17,8 @@ extern const codec_ops_t codec_mxfp8_e5m2_ops;
 extern const codec_ops_t codec_mxfp6_e3m2_ops;
 extern const codec_ops_t codec_mxfp6_e2m3_ops;
 extern const codec_ops_t codec_mxfp4_e2m1_ops;
+extern const codec_ops_t codec_int8_ops;
+extern const codec_ops_t codec_int8_rht_ops;
 
 static inline bool codec_cfg_stochastic(const void *cfg)
 {

@@ -106,7 +106,8 @@ static void test_names(void)
                  ops->decode_accumulate_encode && ops->bits_per_coord;
     }
     ok(found, "every format is found by name with all its operations");
-    is_str(codec_names(), "f32|bf16|fp16|mxfp8_e4m3|mxfp8_e5m2|mxfp6_e3m2|mxfp6_e2m3|mxfp4_e2m1",
+    is_str(codec_names(),
+           "f32|bf16|fp16|mxfp8_e4m3|mxfp8_e5m2|mxfp6_e3m2|mxfp6_e2m3|mxfp4_e2m1|int8|int8_rht",
            "codec_names lists the table");
     ok(codec_find("mxfp5") == NULL && codec_find(NULL) == NULL, "unknown names give NULL");
 

@@ -1,0 +1,207 @@
+/* int8 per group (THC-like): groups of 256 values share one f32 scale, max |x| / 127, and each
+ * value is an int8 rounded to nearest even or stochastically. "int8_rht" first rotates every full
+ * group with a randomized Hadamard transform (random signs, then a Walsh-Hadamard transform
+ * scaled by 1/16), which spreads outliers over the group so the scale fits the bulk of the values;
+ * its sign seed is stored in the header, so decoding needs no context.
+ * Layout: [u64 sign seed, int8_rht only] then per group [f32 scale][int8 x group size]. */
+#include "config.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "codec/codec.h"
+#include "codec/codec_internal.h"
+
+#define INT8_GROUP 256
+
+static size_t int8_bytes(size_t n, bool rht)
+{
+    size_t groups = (n + INT8_GROUP - 1) / INT8_GROUP;
+    return (rht ? 8 : 0) + groups * 4 + n;
+}
+
+/* In-place Walsh-Hadamard transform of 256 values, scaled to be its own inverse. */
+static void int8_fwht(float *x)
+{
+    for (int h = 1; h < INT8_GROUP; h *= 2)
+        for (int i = 0; i < INT8_GROUP; i += 2 * h)
+            for (int j = i; j < i + h; j++) {
+                float a = x[j], b = x[j + h];
+                x[j] = a + b;
+                x[j + h] = a - b;
+            }
+    for (int i = 0; i < INT8_GROUP; i++)
+        x[i] *= 1.0f / 16.0f; /* 1 / sqrt(256) */
+}
+
+/* Random signs of group g: bit i of Philox words (seed, stream g). */
+static void int8_signs(uint64_t seed, uint64_t g, uint32_t *bits)
+{
+    tdl_rng_t rng;
+    tdl_rng_init(&rng, seed, g);
+    for (int i = 0; i < INT8_GROUP / 32; i++)
+        bits[i] = tdl_rng_u32(&rng);
+}
+
+static void int8_rotate(float *x, uint64_t seed, uint64_t g, bool inverse)
+{
+    uint32_t bits[INT8_GROUP / 32];
+    int8_signs(seed, g, bits);
+    if (inverse)
+        int8_fwht(x);
+    for (int i = 0; i < INT8_GROUP; i++)
+        if (bits[i / 32] >> (i % 32) & 1u)
+            x[i] = -x[i];
+    if (!inverse)
+        int8_fwht(x);
+}
+
+/* Encodes group values v[m] (already rotated when asked) at o: scale then codes. */
+static void int8_encode_group(const float *v, size_t m, unsigned char *o, bool stochastic,
+                              tdl_rng_t *rng)
+{
+    float mx = 0;
+    for (size_t i = 0; i < m; i++)
+        mx = fmaxf(mx, fabsf(v[i]));
+    float scale = mx > 0 && isfinite(mx) ? mx / 127.0f : (isfinite(mx) ? 0.0f : NAN);
+    codec_store_le32(o, codec_f32_bits(scale));
+    float inv = scale > 0 ? 1.0f / scale : 0.0f;
+    for (size_t i = 0; i < m; i++) {
+        float q = v[i] * inv, r;
+        if (stochastic) {
+            float lo = floorf(q);
+            float u = (float)(tdl_rng_u32(rng) >> 8) * 0x1.0p-24f;
+            r = lo + (u < q - lo ? 1.0f : 0.0f);
+        } else {
+            r = nearbyintf(q);
+        }
+        r = fminf(fmaxf(r, -127.0f), 127.0f);
+        o[4 + i] = (unsigned char)(int8_t)r;
+    }
+}
+
+static void int8_decode_group(const unsigned char *p, size_t m, float *v)
+{
+    float scale = codec_bits_f32(codec_load_le32(p));
+    for (size_t i = 0; i < m; i++)
+        v[i] = (float)(int8_t)p[4 + i] * scale;
+}
+
+typedef enum { INT8_ENCODE, INT8_DECODE, INT8_DECODE_ADD, INT8_FUSED } int8_mode_t;
+
+/* One pass over the groups for every operation, so the fused pass is the two steps exactly. */
+static tdl_status_t int8_run(const char *name, bool rht, const void *cfg, const codec_where_t *w,
+                             int8_mode_t mode, const float *in, const unsigned char *enc,
+                             size_t enc_bytes, const float *local, float *outf,
+                             unsigned char *out, size_t n, size_t *out_bytes)
+{
+    uint64_t in_seed = 0, out_seed = 0;
+    tdl_rng_t rng;
+    bool stochastic = codec_cfg_stochastic(cfg);
+    if (mode == INT8_ENCODE || mode == INT8_FUSED) {
+        tdl_rng_init(&rng, w->seed, codec_where_stream(w));
+        out_seed = codec_mix64(w->seed ^ codec_mix64(codec_where_stream(w) + 0x52485421ull));
+        if (rht)
+            for (int i = 0; i < 8; i++)
+                out[i] = (unsigned char)(out_seed >> (8 * i));
+    }
+    if (mode != INT8_ENCODE) {
+        tdl_status_t st = codec_check_size(name, enc_bytes, int8_bytes(n, rht), n);
+        if (st != TDL_OK)
+            return st;
+        for (int i = 0; rht && i < 8; i++)
+            in_seed |= (uint64_t)enc[i] << (8 * i);
+    }
+    size_t hdr = rht ? 8 : 0;
+    float v[INT8_GROUP];
+    for (size_t g = 0, first = 0; first < n; g++, first += INT8_GROUP) {
+        size_t m = TDL_MIN((size_t)INT8_GROUP, n - first);
+        bool rotate = rht && m == INT8_GROUP;
+        size_t at = hdr + g * 4 + first;
+        if (mode == INT8_ENCODE) {
+            memcpy(v, in + first, m * sizeof(float));
+        } else {
+            int8_decode_group(enc + at, m, v);
+            if (rotate)
+                int8_rotate(v, in_seed, g, true);
+            if (mode == INT8_DECODE) {
+                memcpy(outf + first, v, m * sizeof(float));
+                continue;
+            }
+            if (mode == INT8_DECODE_ADD) {
+                for (size_t i = 0; i < m; i++)
+                    outf[first + i] += v[i];
+                continue;
+            }
+            for (size_t i = 0; i < m; i++)
+                v[i] += local[first + i];
+        }
+        if (rotate)
+            int8_rotate(v, out_seed, g, false);
+        int8_encode_group(v, m, out + at, stochastic, &rng);
+    }
+    if (out_bytes)
+        *out_bytes = int8_bytes(n, rht);
+    return TDL_OK;
+}
+
+#define INT8_OPS(NAME, SUFFIX, RHT)                                                            \
+    static size_t SUFFIX##_max(const void *cfg, size_t n)                                      \
+    {                                                                                          \
+        return int8_bytes(n, RHT);                                                             \
+    }                                                                                          \
+    static tdl_status_t SUFFIX##_encode(const void *cfg, const codec_where_t *w,               \
+                                        const float *in, size_t n, void *out, size_t *ob)      \
+    {                                                                                          \
+        tdl_status_t st = codec_check_args(NAME, in, out, n);                                  \
+        if (!st)                                                                               \
+            st = codec_check_where(NAME, cfg, w);                                              \
+        return st ? st                                                                         \
+                  : int8_run(NAME, RHT, cfg, w, INT8_ENCODE, in, NULL, 0, NULL, NULL, out, n,  \
+                             ob);                                                              \
+    }                                                                                          \
+    static tdl_status_t SUFFIX##_decode(const void *cfg, const void *in, size_t ib,            \
+                                        float *out, size_t n)                                  \
+    {                                                                                          \
+        tdl_status_t st = codec_check_args(NAME, in, out, n);                                  \
+        return st ? st                                                                         \
+                  : int8_run(NAME, RHT, cfg, NULL, INT8_DECODE, NULL, in, ib, NULL, out, NULL, \
+                             n, NULL);                                                         \
+    }                                                                                          \
+    static tdl_status_t SUFFIX##_decode_acc(const void *cfg, const void *in, size_t ib,        \
+                                            float *acc, size_t n)                              \
+    {                                                                                          \
+        tdl_status_t st = codec_check_args(NAME, in, acc, n);                                  \
+        return st ? st                                                                         \
+                  : int8_run(NAME, RHT, cfg, NULL, INT8_DECODE_ADD, NULL, in, ib, NULL, acc,   \
+                             NULL, n, NULL);                                                   \
+    }                                                                                          \
+    static tdl_status_t SUFFIX##_fused(const void *cfg, const codec_where_t *w, const void *in, \
+                                       size_t ib, const float *local, size_t n, void *out,     \
+                                       size_t *ob)                                             \
+    {                                                                                          \
+        tdl_status_t st = codec_check_args(NAME, in, out, n);                                  \
+        if (!st)                                                                               \
+            st = codec_check_args(NAME, local, out, n);                                        \
+        if (!st)                                                                               \
+            st = codec_check_where(NAME, cfg, w);                                              \
+        return st ? st                                                                         \
+                  : int8_run(NAME, RHT, cfg, w, INT8_FUSED, NULL, in, ib, local, NULL, out, n, \
+                             ob);                                                              \
+    }                                                                                          \
+    static double SUFFIX##_bits(const void *cfg, size_t n)                                     \
+    {                                                                                          \
+        return n ? 8.0 * (double)int8_bytes(n, RHT) / (double)n : 8.0 + 32.0 / INT8_GROUP;     \
+    }                                                                                          \
+    const codec_ops_t codec_##SUFFIX##_ops = {                                                 \
+        .name = NAME,                                                                          \
+        .max_encoded_bytes = SUFFIX##_max,                                                     \
+        .encode = SUFFIX##_encode,                                                             \
+        .decode = SUFFIX##_decode,                                                             \
+        .decode_accumulate = SUFFIX##_decode_acc,                                              \
+        .decode_accumulate_encode = SUFFIX##_fused,                                            \
+        .bits_per_coord = SUFFIX##_bits,                                                       \
+    };
+
+INT8_OPS("int8", int8, false)
+INT8_OPS("int8_rht", int8_rht, true)

@@ -1,0 +1,118 @@
+/* int8 and int8_rht (THC-like): error bounds, what the rotation buys on heavy tails, fused equals
+ * unfused, unbiased stochastic rounding, and malformed input. */
+#include "config.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec/codec.h"
+#include "tap.h"
+
+static double vnmse(const float *x, const float *y, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        num += ((double)y[i] - x[i]) * ((double)y[i] - x[i]);
+        den += (double)x[i] * x[i];
+    }
+    return num / den;
+}
+
+int main(void)
+{
+    enum { N = 1000 }; /* three full groups of 256 and a partial one */
+    float x[N], heavy[N], y[N], local[N], acc[N];
+    unsigned char enc[2 * N], a[2 * N], b[2 * N];
+    tdl_rng_t rng;
+    tdl_rng_init(&rng, 5, 5);
+    for (int i = 0; i < N; i++) {
+        x[i] = tdl_rng_normal(&rng);
+        local[i] = tdl_rng_normal(&rng);
+        /* mostly small values with rare large outliers */
+        heavy[i] = tdl_rng_normal(&rng) * (tdl_rng_uniform(&rng) < 0.01f ? 100.0f : 1.0f);
+    }
+    codec_where_t w = {.seed = 9, .rank = 1, .hop = 0, .contributions = 1, .stream = 3};
+    const char *names[] = {"int8", "int8_rht"};
+    double heavy_err[2];
+    for (int k = 0; k < 2; k++) {
+        codec_t *c;
+        if (!ok(codec_create(names[k], NULL, &c) == TDL_OK, "%s exists", names[k]))
+            continue;
+        size_t len, len2;
+        ok(c->ops->encode(c->cfg, &w, x, N, enc, &len) == TDL_OK &&
+               len == c->ops->max_encoded_bytes(c->cfg, N),
+           "%s: encodes %d values into %zu bytes", names[k], N, len);
+        ok(c->ops->decode(c->cfg, enc, len, y, N) == TDL_OK, "%s: decodes", names[k]);
+        if (k == 0) {
+            int within = 1;
+            for (int g = 0; g < N; g += 256) {
+                float mx = 0;
+                int m = g + 256 <= N ? 256 : N - g;
+                for (int i = 0; i < m; i++)
+                    mx = fmaxf(mx, fabsf(x[g + i]));
+                for (int i = 0; i < m; i++)
+                    within &= fabsf(y[g + i] - x[g + i]) <= mx / 127 / 2 * 1.0001f;
+            }
+            ok(within, "int8: every value within half a step (max / 254) of its group");
+        }
+        ok(vnmse(x, y, N) < 2e-4, "%s: vNMSE on normal data %.2e", names[k], vnmse(x, y, N));
+        c->ops->encode(c->cfg, &w, heavy, N, enc, &len);
+        c->ops->decode(c->cfg, enc, len, y, N);
+        heavy_err[k] = vnmse(heavy, y, N);
+        diag("%s: vNMSE on heavy-tailed data %.3e, %.3f bits per value", names[k], heavy_err[k],
+             c->ops->bits_per_coord(c->cfg, N));
+
+        /* fused == decode, add, encode: nearest and stochastic */
+        for (int sr = 0; sr < 2; sr++) {
+            codec_config_t cfg = {.round = sr ? CODEC_ROUND_STOCHASTIC : CODEC_ROUND_NEAREST};
+            codec_t *cs;
+            codec_create(names[k], &cfg, &cs);
+            cs->ops->encode(cs->cfg, &w, x, N, enc, &len);
+            codec_where_t w2 = w;
+            w2.hop = 1, w2.contributions = 2;
+            cs->ops->decode_accumulate_encode(cs->cfg, &w2, enc, len, local, N, a, &len2);
+            memcpy(acc, local, sizeof(acc));
+            cs->ops->decode_accumulate(cs->cfg, enc, len, acc, N);
+            cs->ops->encode(cs->cfg, &w2, acc, N, b, &len);
+            ok(len == len2 && memcmp(a, b, len) == 0,
+               "%s (%s): fused decode-accumulate-encode equals the steps byte for byte", names[k],
+               sr ? "stochastic" : "nearest");
+            cs->ops->encode(cs->cfg, &w2, acc, N, a, &len);
+            ok(memcmp(a, b, len) == 0, "%s (%s): the same place gives the same bytes", names[k],
+               sr ? "stochastic" : "nearest");
+            codec_destroy(cs);
+        }
+        ok(c->ops->decode(c->cfg, enc, len - 1, y, N) == TDL_ERR_CORRUPT,
+           "%s: a short buffer is refused: %s", names[k], tdl_error_get());
+        codec_destroy(c);
+    }
+    ok(heavy_err[1] < heavy_err[0],
+       "the rotation lowers the error on heavy-tailed data (%.3e < %.3e)", heavy_err[1],
+       heavy_err[0]);
+
+    /* stochastic rounding is unbiased: the mean over seeds tends to the value */
+    codec_config_t scfg = {.round = CODEC_ROUND_STOCHASTIC};
+    codec_t *cs;
+    codec_create("int8", &scfg, &cs);
+    float v[256];
+    for (int i = 0; i < 256; i++)
+        v[i] = (i == 0) ? 127.0f : 0.3f + 0.001f * (float)i; /* scale 1: values between codes */
+    double mean[256] = {0};
+    const int seeds = 2000;
+    for (int s = 0; s < seeds; s++) {
+        codec_where_t ws = {.seed = (uint64_t)s, .rank = 0, .hop = 0, .stream = 1};
+        size_t len;
+        cs->ops->encode(cs->cfg, &ws, v, 256, enc, &len);
+        cs->ops->decode(cs->cfg, enc, len, y, 256);
+        for (int i = 0; i < 256; i++)
+            mean[i] += y[i] / seeds;
+    }
+    double worst = 0;
+    for (int i = 1; i < 256; i++)
+        worst = fmax(worst, fabs(mean[i] - v[i]) / (0.5 / sqrt((double)seeds)));
+    ok(worst < 5, "int8 stochastic rounding is unbiased (worst deviation %.2f standard errors)",
+       worst);
+    codec_destroy(cs);
+    return done_testing();
+}
