@@ -110,4 +110,117 @@ tdl_status_t codec_check_args(const char *name, const void *in, const void *out,
 tdl_status_t codec_check_size(const char *name, size_t in_bytes, size_t want, size_t n);
 tdl_status_t codec_check_where(const char *name, const void *cfg, const codec_where_t *w);
 
+/* The driver of a 16-bit element format: encode, decode, decode-accumulate and the fused pass,
+ * one loop each, around P##_encode_one(x, stochastic, random bits) and P##_decode_one(p),
+ * which the including file defines. Defines codec_##P##_ops. */
+#define CODEC_HALF_OPS(NAME, P)                                                                    \
+    static size_t P##_bytes(size_t n)                                                              \
+    {                                                                                              \
+        return n <= SIZE_MAX / 2 ? n * 2 : SIZE_MAX;                                               \
+    }                                                                                              \
+                                                                                                   \
+    static size_t P##_max_encoded_bytes(const void *cfg, size_t n)                                 \
+    {                                                                                              \
+        return P##_bytes(n);                                                                       \
+    }                                                                                              \
+                                                                                                   \
+    static tdl_status_t P##_encode(const void *cfg, const codec_where_t *w, const float *in,       \
+                                   size_t n, void *out, size_t *out_bytes)                         \
+    {                                                                                              \
+        tdl_status_t st = codec_check_args(NAME, in, out, n);                                      \
+        if (!st)                                                                                   \
+            st = codec_check_where(NAME, cfg, w);                                                  \
+        if (st)                                                                                    \
+            return st;                                                                             \
+        unsigned char *o = out;                                                                    \
+        if (codec_cfg_stochastic(cfg)) {                                                           \
+            tdl_rng_t rng;                                                                         \
+            tdl_rng_init(&rng, w->seed, codec_where_stream(w));                                    \
+            for (size_t i = 0; i < n; i++)                                                         \
+                codec_store_le16(o + 2 * i, P##_encode_one(in[i], true, tdl_rng_u32(&rng)));       \
+        } else {                                                                                   \
+            for (size_t i = 0; i < n; i++)                                                         \
+                codec_store_le16(o + 2 * i, P##_encode_one(in[i], false, 0));                      \
+        }                                                                                          \
+        *out_bytes = 2 * n;                                                                        \
+        return TDL_OK;                                                                             \
+    }                                                                                              \
+                                                                                                   \
+    static tdl_status_t P##_check(const void *in, size_t in_bytes, const void *out, size_t n)      \
+    {                                                                                              \
+        tdl_status_t st = codec_check_args(NAME, in, out, n);                                      \
+        if (st)                                                                                    \
+            return st;                                                                             \
+        return codec_check_size(NAME, in_bytes, P##_bytes(n), n);                                  \
+    }                                                                                              \
+                                                                                                   \
+    static tdl_status_t P##_decode(const void *cfg, const void *in, size_t in_bytes, float *out,   \
+                                   size_t n)                                                       \
+    {                                                                                              \
+        tdl_status_t st = P##_check(in, in_bytes, out, n);                                         \
+        if (st)                                                                                    \
+            return st;                                                                             \
+        const unsigned char *p = in;                                                               \
+        for (size_t i = 0; i < n; i++)                                                             \
+            out[i] = P##_decode_one(p + 2 * i);                                                    \
+        return TDL_OK;                                                                             \
+    }                                                                                              \
+                                                                                                   \
+    static tdl_status_t P##_decode_accumulate(const void *cfg, const void *in, size_t in_bytes,    \
+                                              float *acc, size_t n)                                \
+    {                                                                                              \
+        tdl_status_t st = P##_check(in, in_bytes, acc, n);                                         \
+        if (st)                                                                                    \
+            return st;                                                                             \
+        const unsigned char *p = in;                                                               \
+        for (size_t i = 0; i < n; i++)                                                             \
+            acc[i] += P##_decode_one(p + 2 * i);                                                   \
+        return TDL_OK;                                                                             \
+    }                                                                                              \
+                                                                                                   \
+    static tdl_status_t P##_decode_accumulate_encode(                                              \
+        const void *cfg, const codec_where_t *w, const void *in, size_t in_bytes,                  \
+        const float *local, size_t n, void *out, size_t *out_bytes)                                \
+    {                                                                                              \
+        tdl_status_t st = P##_check(in, in_bytes, out, n);                                         \
+        if (!st)                                                                                   \
+            st = codec_check_args(NAME, local, out, n);                                            \
+        if (!st)                                                                                   \
+            st = codec_check_where(NAME, cfg, w);                                                  \
+        if (st)                                                                                    \
+            return st;                                                                             \
+        const unsigned char *p = in;                                                               \
+        unsigned char *o = out;                                                                    \
+        if (codec_cfg_stochastic(cfg)) {                                                           \
+            tdl_rng_t rng;                                                                         \
+            tdl_rng_init(&rng, w->seed, codec_where_stream(w));                                    \
+            for (size_t i = 0; i < n; i++) {                                                       \
+                float x = local[i] + P##_decode_one(p + 2 * i);                                    \
+                codec_store_le16(o + 2 * i, P##_encode_one(x, true, tdl_rng_u32(&rng)));           \
+            }                                                                                      \
+        } else {                                                                                   \
+            for (size_t i = 0; i < n; i++) {                                                       \
+                float x = local[i] + P##_decode_one(p + 2 * i);                                    \
+                codec_store_le16(o + 2 * i, P##_encode_one(x, false, 0));                          \
+            }                                                                                      \
+        }                                                                                          \
+        *out_bytes = 2 * n;                                                                        \
+        return TDL_OK;                                                                             \
+    }                                                                                              \
+                                                                                                   \
+    static double P##_bits_per_coord(const void *cfg, size_t n)                                    \
+    {                                                                                              \
+        return 16.0;                                                                               \
+    }                                                                                              \
+                                                                                                   \
+    const codec_ops_t codec_##P##_ops = {                                                          \
+        .name = NAME,                                                                              \
+        .max_encoded_bytes = P##_max_encoded_bytes,                                                \
+        .encode = P##_encode,                                                                      \
+        .decode = P##_decode,                                                                      \
+        .decode_accumulate = P##_decode_accumulate,                                                \
+        .decode_accumulate_encode = P##_decode_accumulate_encode,                                  \
+        .bits_per_coord = P##_bits_per_coord,                                                      \
+    };
+
 #endif /* TIDAL_CODEC_INTERNAL_H */

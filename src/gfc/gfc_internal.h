@@ -176,9 +176,11 @@ tdl_status_t gfc_allreduce_butterfly_start(gfc_group_t *g, const void *send, voi
 tdl_status_t gfc_allreduce_recursive_doubling_start(gfc_group_t *g, const void *send, void *recv,
                                                     size_t count, gfc_dtype_t dtype,
                                                     gfc_redop_t op, gfc_request_t **req_out);
-/* Ring reduce-scatter over group-size blocks of buf, in place: member i ends holding the
- * reduction of block (i + shift) mod size, copied to out (when not NULL) at the end. */
-tdl_status_t gfc_ring_reduce_scatter_start(gfc_group_t *g, const char *name, void *buf,
+/* Ring reduce-scatter over group-size blocks of src, reducing into buf (which may be src; it need
+ * not be initialized otherwise): member i ends holding the reduction of block (i + shift) mod
+ * size, copied to out (when not NULL) at the end. */
+tdl_status_t gfc_ring_reduce_scatter_start(gfc_group_t *g, const char *name, const void *src,
+                                           void *buf,
                                            size_t count, gfc_dtype_t dtype, gfc_redop_t op,
                                            int shift, void *out, gfc_request_t **req_out);
 

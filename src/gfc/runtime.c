@@ -16,7 +16,7 @@ const tdl_param_def_t gfc_params[] = {
     {"gfc-timeout-ms", TDL_PARAM_INT, "60000",
      "a collective or message not complete after this many ms fails, naming the silent ranks",
      NULL, 1, 86400000},
-    {"gfc-allreduce", TDL_PARAM_ENUM, "auto", "all-reduce algorithm (auto: chosen by size)",
+    {"gfc-allreduce", TDL_PARAM_ENUM, "auto", "all-reduce algorithm (auto: by message and group size)",
      "auto|ring|butterfly|recursive_doubling", 1, 0},
     {"gfc-small-msg", TDL_PARAM_INT, "16k",
      "auto all-reduce uses recursive doubling up to this many bytes", NULL, 0, 1 << 30},

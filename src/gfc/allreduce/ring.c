@@ -424,11 +424,12 @@ tdl_status_t gfc_allreduce_ring_start(gfc_group_t *g, const void *send, void *re
     return st;
 }
 
-tdl_status_t gfc_ring_reduce_scatter_start(gfc_group_t *g, const char *name, void *buf,
-                                           size_t count, gfc_dtype_t dtype, gfc_redop_t op,
-                                           int shift, void *out, gfc_request_t **req_out)
+tdl_status_t gfc_ring_reduce_scatter_start(gfc_group_t *g, const char *name, const void *src,
+                                           void *buf, size_t count, gfc_dtype_t dtype,
+                                           gfc_redop_t op, int shift, void *out,
+                                           gfc_request_t **req_out)
 {
-    tdl_status_t st = gfc_ring_start(g, name, buf, buf, count, dtype, op, shift, true, out, NULL,
+    tdl_status_t st = gfc_ring_start(g, name, src, buf, count, dtype, op, shift, true, out, NULL,
                                      req_out);
     if (st == TDL_OK)
         (*req_out)->cleanup = ring_cleanup;

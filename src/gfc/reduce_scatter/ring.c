@@ -1,5 +1,6 @@
-/* Reduce-scatter (as MPI_Reduce_scatter_block) by the ring of allreduce/ring.c, run on a copy of
- * the input so the caller's buffer is left alone; member i keeps block i. */
+/* Reduce-scatter (as MPI_Reduce_scatter_block) by the ring of allreduce/ring.c: it reads the
+ * caller's input and reduces into a work buffer of the same size, so the input is left alone;
+ * member i keeps block i. */
 #include "config.h"
 
 #include <stdlib.h>
@@ -23,17 +24,16 @@ tdl_status_t gfc_reduce_scatter_start(gfc_group_t *g, const void *send, void *re
     }
     void *work = malloc(total * es);
     if (!work)
-        return tdl_error_raise(TDL_ERR_NOMEM, "gfc reduce_scatter: cannot copy %zu bytes",
+        return tdl_error_raise(TDL_ERR_NOMEM, "gfc reduce_scatter: cannot allocate %zu bytes",
                                total * es);
-    memcpy(work, send, total * es);
     /* Equal blocks of `count`: the ring's block split matches MPI's when total divides evenly. */
-    st = gfc_ring_reduce_scatter_start(g, "reduce_scatter/ring", work, total, dtype, op, 0, recv,
-                                       req_out);
+    st = gfc_ring_reduce_scatter_start(g, "reduce_scatter/ring", send, work, total, dtype, op, 0,
+                                       recv, req_out);
     if (st != TDL_OK) {
         free(work);
         return st;
     }
-    /* The request owns the copy from here on. */
+    /* The request owns the work buffer from here on. */
     (*req_out)->scratch2 = work;
     (*req_out)->scratch_cap[1] = total * es;
     return TDL_OK;
