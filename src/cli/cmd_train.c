@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +41,14 @@ static const tdl_param_def_t train_params[] = {
     {"dump-grads-every", TDL_PARAM_INT, "100", "steps between gradient dumps", NULL, 1, 1e12},
     {"seed", TDL_PARAM_INT, "1", "seed of every random stream (init, data order, noise)", NULL, 0,
      9.2e18},
+    {"val-every", TDL_PARAM_INT, "100",
+     "steps between validation losses on held-out images (0: never); the val_loss column of "
+     "loss.csv",
+     NULL, 0, 1e12},
+    {"val-images", TDL_PARAM_INT, "256",
+     "held-out images per validation (Fashion-MNIST's test split), each with a fixed time and "
+     "noise",
+     NULL, 1, 1 << 20},
     {"log-every", TDL_PARAM_INT, "25", "progress line every N steps", NULL, 1, 1e9},
     {"ckpt-dir", TDL_PARAM_STRING, NULL,
      "where checkpoints go (default: OUT/ckpt): ckpt-<step>.h5 and a 'latest' pointer", NULL, 1,
@@ -82,7 +91,8 @@ static void plot_loss(const char *dir)
              "gnuplot -e \"set terminal png size 800,500; set output '%s/loss.png'; "
              "set datafile separator ','; set key autotitle columnhead; set xlabel 'step'; "
              "set ylabel 'loss'; set logscale y; plot '%s/loss.csv' using 1:2 with lines "
-             "title 'training loss (rectified flow MSE)'\" 2>/dev/null",
+             "title 'training loss (rectified flow MSE)', '' using 1:6 with linespoints "
+             "title 'validation loss (held-out images)'\" 2>/dev/null",
              dir, dir);
     if (system(cmd) != 0)
         TDL_WARN("gnuplot did not draw %s/loss.png (install gnuplot-nox); loss.csv is there",
@@ -112,6 +122,8 @@ static int train_run(tdl_params_t *params, int npos, char **pos)
     };
     const char *out_dir = tdl_param_str(params, "out");
     int log_every = (int)tdl_param_int(params, "log-every");
+    int64_t val_every = tdl_param_int(params, "val-every");
+    int val_images = (int)tdl_param_int(params, "val-images");
     char ckpt_dir[1024];
     snprintf(ckpt_dir, sizeof(ckpt_dir), "%s",
              tdl_param_str(params, "ckpt-dir") ? tdl_param_str(params, "ckpt-dir") : "");
@@ -182,7 +194,7 @@ static int train_run(tdl_params_t *params, int npos, char **pos)
             goto out;
         }
         if (!from[0] || ftell(csv) == 0)
-            fprintf(csv, "step,loss,lr,images_per_s\n");
+            fprintf(csv, "step,loss,lr,images_per_s,seconds,val_loss\n");
         dit_model_t *m = train_trainer_model(tr);
         printf("tidal train: %s (%zu parameters), %s, %lld steps of %d images on %d rank%s\n",
                m->config.name, m->num_params, o.data, (long long)o.steps, o.batch, me.size,
@@ -197,16 +209,25 @@ static int train_run(tdl_params_t *params, int npos, char **pos)
         if ((st = train_trainer_step(tr, g, &loss, &skipped)) != TDL_OK)
             goto out;
         ema_loss = s == first_step ? loss : 0.95 * ema_loss + 0.05 * loss;
-        if (me.rank == 0 && ((s + 1) % log_every == 0 || s + 1 == o.steps)) {
+        bool val_now = val_every > 0 && ((s + 1) % val_every == 0 || s + 1 == o.steps);
+        double val = NAN;
+        if (val_now && (st = train_trainer_val_loss(tr, g, val_images, &val)) != TDL_OK)
+            goto out;
+        if (me.rank == 0 && ((s + 1) % log_every == 0 || s + 1 == o.steps || val_now)) {
             double now = tdl_clock_s();
             double ips = (double)(s + 1 - last_step) * o.batch / (now - t_last);
             double eta = (now - t0) / (double)(s + 1 - first_step) * (double)(o.steps - s - 1);
-            printf("step %6lld/%lld  loss %.4f (avg %.4f)  %.1f img/s  lr %.2e  eta %.0f s\n",
-                   (long long)(s + 1), (long long)o.steps, loss, ema_loss, ips,
+            char vtext[32] = "", vcsv[32] = "";
+            if (val_now) {
+                snprintf(vtext, sizeof(vtext), "  val %.4f", val);
+                snprintf(vcsv, sizeof(vcsv), "%.6f", val);
+            }
+            printf("step %6lld/%lld  loss %.4f (avg %.4f)%s  %.1f img/s  lr %.2e  eta %.0f s\n",
+                   (long long)(s + 1), (long long)o.steps, loss, ema_loss, vtext, ips,
                    train_trainer_lr(tr), eta);
             fflush(stdout);
-            fprintf(csv, "%lld,%.6f,%.3e,%.2f\n", (long long)(s + 1), loss, train_trainer_lr(tr),
-                    ips);
+            fprintf(csv, "%lld,%.6f,%.3e,%.2f,%.3f,%s\n", (long long)(s + 1), loss,
+                    train_trainer_lr(tr), ips, now - t0, vcsv);
             fflush(csv);
             t_last = now;
             last_step = s + 1;

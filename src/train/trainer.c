@@ -17,6 +17,7 @@ struct train_trainer {
     float *ema;
     train_adamw_t opt;
     train_dataset_t *data;
+    train_dataset_t *val;                  /* held-out images; NULL: data */
     train_sampler_t sampler;
     int resolution;
     int64_t step;
@@ -27,6 +28,7 @@ struct train_trainer {
 };
 
 #define TRAIN_STREAM_SAMPLE 0x73616d706c65ull /* "sample": noise, t and label dropout */
+#define TRAIN_STREAM_VAL 0x76616cull          /* "val": noise and t of the held-out images */
 
 void train_trainer_free(train_trainer_t *tr)
 {
@@ -37,6 +39,7 @@ void train_trainer_free(train_trainer_t *tr)
     free(tr->x_t), free(tr->noise), free(tr->x0), free(tr->batch_idx);
     train_sampler_free(&tr->sampler);
     train_dataset_free(tr->data);
+    train_dataset_free(tr->val);
     train_adamw_free(&tr->opt);
     free(tr->ema);
     dit_model_free(tr->model);
@@ -50,7 +53,14 @@ tdl_status_t train_trainer_create(const train_opts_t *o, train_trainer_t **out)
                                                  : train_dataset_open_hdf5(o->data, &data);
     if (st != TDL_OK)
         return st;
-    return train_trainer_create_with_data(o, data, out);
+    if ((st = train_trainer_create_with_data(o, data, out)) != TDL_OK)
+        return st;
+    if (!strcmp(o->data, "fmnist") &&
+        (st = train_dataset_open_fmnist(NULL, false, &(*out)->val)) != TDL_OK) {
+        train_trainer_free(*out);
+        *out = NULL;
+    }
+    return st;
 }
 
 tdl_status_t train_trainer_create_with_data(const train_opts_t *o, train_dataset_t *data,
@@ -131,6 +141,45 @@ static void trainer_sample_rng(const train_trainer_t *tr, int64_t step, int j, t
 {
     tdl_rng_init(rng, tr->opts.seed ^ TRAIN_STREAM_SAMPLE,
                  (uint64_t)step * (uint64_t)tr->opts.batch + (uint64_t)j);
+}
+
+tdl_status_t train_trainer_val_loss(train_trainer_t *tr, gfc_group_t *group, int count,
+                                    double *loss_out)
+{
+    dit_model_t *m = tr->model;
+    const dit_config_t *cfg = &m->config;
+    const train_dataset_t *ds = tr->val ? tr->val : tr->data;
+    int members = group ? group->size : 1, me = group ? group->me : 0;
+    count = (int)TDL_MIN((size_t)count, train_dataset_count(ds));
+    if (count < 1)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "validation needs at least one image");
+    int first = (int)((int64_t)count * me / members), last = (int)((int64_t)count * (me + 1) / members);
+    size_t per = (size_t)cfg->in_channels * tr->resolution * tr->resolution;
+    double sum = 0;
+    tdl_status_t st;
+    for (int j0 = first; j0 < last; j0 += tr->opts.micro_batch) {
+        int k = TDL_MIN(tr->opts.micro_batch, last - j0);
+        for (int i = 0; i < k; i++) {
+            if ((st = train_dataset_get(ds, (size_t)(j0 + i), tr->resolution,
+                                        tr->x0 + (size_t)i * per, &tr->y[i])) != TDL_OK)
+                return st;
+            tdl_rng_t rng;
+            tdl_rng_init(&rng, tr->opts.seed ^ TRAIN_STREAM_VAL, (uint64_t)(j0 + i));
+            tr->t[i] = tdl_rng_uniform(&rng);
+            tdl_rng_fill_normal(&rng, tr->noise + (size_t)i * per, per);
+        }
+        dit_rf_interpolate(tr->x0, tr->noise, tr->t, k, per, tr->x_t, tr->target);
+        if ((st = dit_model_forward(m, tr->x_t, tr->t, tr->y, k, tr->resolution, tr->resolution,
+                                    tr->out)) != TDL_OK)
+            return st;
+        sum += dit_mse_loss(tr->out, tr->target, (size_t)k * per, NULL) * k;
+    }
+    float part = (float)(sum / count), total = part;
+    if (group && members > 1 &&
+        (st = gfc_allreduce(group, &part, &total, 1, GFC_DT_F32, GFC_OP_SUM, NULL)) != TDL_OK)
+        return st;
+    *loss_out = total;
+    return TDL_OK;
 }
 
 tdl_status_t train_trainer_step(train_trainer_t *tr, gfc_group_t *group, double *loss_out,
