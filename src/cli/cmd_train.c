@@ -32,7 +32,9 @@ static const tdl_param_def_t train_params[] = {
     {"weight-decay", TDL_PARAM_DOUBLE, "0", "AdamW decoupled weight decay", NULL, 0, 1},
     {"allreduce", TDL_PARAM_ENUM, "f32",
      "gradient all-reduce format (f32: exact; the others compress every hop)",
-     "f32|bf16|fp16|mxfp8_e4m3|mxfp8_e5m2|mxfp6_e3m2|mxfp6_e2m3|mxfp4_e2m1|int8|int8_rht", 1,
+     "f32|bf16|fp16|mxfp8|mxfp6|mxfp4|mxfp8_e4m3|mxfp8_e5m2|mxfp6_e3m2|mxfp6_e2m3|mxfp4_e2m1|"
+     "int8|int8_rht|dynamiq",
+     1,
      0},
     {"dump-grads", TDL_PARAM_STRING, NULL,
      "directory where each rank writes its own gradient (grads-<step>-rank<r>.h5, under the "

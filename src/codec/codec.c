@@ -11,15 +11,28 @@
 static const codec_ops_t *const codec_table[] = {
     &codec_f32_ops,        &codec_bf16_ops,       &codec_fp16_ops,       &codec_mxfp8_e4m3_ops,
     &codec_mxfp8_e5m2_ops, &codec_mxfp6_e3m2_ops, &codec_mxfp6_e2m3_ops, &codec_mxfp4_e2m1_ops,
-    &codec_int8_ops,       &codec_int8_rht_ops,
+    &codec_int8_ops,       &codec_int8_rht_ops,   &codec_dynamiq_ops,
 };
 
-static const char *const codec_round_names[CODEC_ROUND_COUNT] = {"nearest", "stochastic"};
+/* Short names: the MX element type users mean when they say only the width. */
+static const struct {
+    const char *alias, *name;
+} codec_aliases[] = {
+    {"mxfp8", "mxfp8_e4m3"},
+    {"mxfp6", "mxfp6_e3m2"},
+    {"mxfp4", "mxfp4_e2m1"},
+};
+
+static const char *const codec_round_names[CODEC_ROUND_COUNT] = {"default", "nearest",
+                                                                  "stochastic"};
 
 const codec_ops_t *codec_find(const char *name)
 {
     if (!name)
         return NULL;
+    for (size_t i = 0; i < TDL_ARRAY_SIZE(codec_aliases); i++)
+        if (strcmp(codec_aliases[i].alias, name) == 0)
+            name = codec_aliases[i].name;
     for (size_t i = 0; i < TDL_ARRAY_SIZE(codec_table); i++)
         if (strcmp(codec_table[i]->name, name) == 0)
             return codec_table[i];
@@ -28,7 +41,8 @@ const codec_ops_t *codec_find(const char *name)
 
 const char *codec_names(void)
 {
-    return "f32|bf16|fp16|mxfp8_e4m3|mxfp8_e5m2|mxfp6_e3m2|mxfp6_e2m3|mxfp4_e2m1|int8|int8_rht";
+    return "f32|bf16|fp16|mxfp8_e4m3|mxfp8_e5m2|mxfp6_e3m2|mxfp6_e2m3|mxfp4_e2m1|int8|int8_rht|"
+           "dynamiq";
 }
 
 /* The configuration lives in the same allocation as the codec_t. */
@@ -45,9 +59,15 @@ tdl_status_t codec_create(const char *name, const codec_config_t *config, codec_
     if (!ops)
         return tdl_error_raise(TDL_ERR_NOT_FOUND, "unknown codec '%s' (choose from %s)",
                                name ? name : "(null)", codec_names());
+    if (config && (!(config->bits == 0 || (config->bits >= 1.3125 && config->bits <= 8.3125)) ||
+                   config->flags >= (CODEC_DQ_EVEN_SPLIT << 1)))
+        return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                               "codec %s: %g bits per coordinate or flags 0x%x out of range "
+                               "(bits: 0 for the default or 1.3125 to 8.3125)",
+                               ops->name, config->bits, config->flags);
     if (config && (unsigned)config->round >= CODEC_ROUND_COUNT)
         return tdl_error_raise(TDL_ERR_INVALID_ARG, "codec %s: rounding mode %d is not one of %s",
-                               ops->name, (int)config->round, "nearest|stochastic");
+                               ops->name, (int)config->round, "default|nearest|stochastic");
     codec_owned_t *owned = calloc(1, sizeof(*owned));
     if (!owned)
         return tdl_error_raise(TDL_ERR_NOMEM, "codec %s: out of memory", ops->name);
@@ -79,7 +99,7 @@ tdl_status_t codec_round_parse(const char *text, codec_round_t *round_out)
         }
     }
     return tdl_error_raise(TDL_ERR_INVALID_ARG, "unknown rounding '%s' (choose from %s)",
-                           text ? text : "(null)", "nearest|stochastic");
+                           text ? text : "(null)", "default|nearest|stochastic");
 }
 
 uint64_t codec_mix64(uint64_t x)

@@ -19,24 +19,44 @@ extern "C" {
 #endif
 
 /* Where an encoding happens: stochastic rounding draws its random bits from the Philox stream
- * (seed, codec_where_stream(w)), word i for value i. */
+ * (seed, codec_where_stream(w)), word i for value i; dynamiq's correlated rounding also uses the
+ * collective and the values' place in its vector, which every member sees alike. */
 typedef struct codec_where {
     uint64_t seed;     /* run seed */
     int rank;          /* world rank encoding */
     int hop;           /* 0 for a rank's own values, +1 per accumulation */
     int contributions; /* how many ranks' values the data sums (hop + 1 on a ring) */
+    int group_size;    /* members of the all-reduce (0: unknown, a stand-alone encoding) */
     uint64_t stream;   /* collective identity and chunk, mixed: codec_stream_make() */
+    uint64_t collective; /* collective identity alone: codec_stream_make(group, seq, 0) */
+    uint64_t offset;   /* index of the first value in the collective's vector */
 } codec_where_t;
 
 typedef enum {
-    CODEC_ROUND_NEAREST = 0, /* round to nearest, ties to even (the default) */
+    CODEC_ROUND_DEFAULT = 0, /* the format's own: nearest for the float, MX and int8 formats,
+                              * (correlated) stochastic for dynamiq */
+    CODEC_ROUND_NEAREST,     /* round to nearest, ties to even */
     CODEC_ROUND_STOCHASTIC,  /* unbiased: up with probability equal to the distance from below */
     CODEC_ROUND_COUNT
 } codec_round_t;
 
+/* dynamiq's design choices, each of which can be switched off to measure what it brings
+ * (bench codec-vnmse's ablation table, doc/dynamiq.md). */
+enum {
+    CODEC_DQ_INDEPENDENT = 1u << 0, /* independent rounding on every rank, not correlated */
+    CODEC_DQ_UNIFORM = 1u << 1,     /* uniform levels instead of the fitted tables */
+    CODEC_DQ_FIXED_WIDTH = 1u << 2, /* the same width for every group of a super-group */
+    CODEC_DQ_FLAT_HOPS = 1u << 3,   /* the same budget at every hop (no partial-sum budget) */
+    CODEC_DQ_FLAT_SCALE = 1u << 4,  /* one scale per super-group (no group exponents) */
+    CODEC_DQ_EVEN_SPLIT = 1u << 5,  /* the same budget for every super-group */
+};
+
 /* Options every format reads; a zeroed struct (or a NULL cfg) is the default. */
 typedef struct codec_config {
     codec_round_t round;
+    double bits;    /* dynamiq: average bits per coordinate on the wire, metadata included,
+                     * over an all-reduce (0: 5.0) */
+    unsigned flags; /* dynamiq: CODEC_DQ_* ablations (0: the full design) */
 } codec_config_t;
 
 /* cfg is the codec's configuration (codec_t.cfg; NULL means the defaults). Sizes are in bytes,

@@ -19,6 +19,7 @@ extern const codec_ops_t codec_mxfp6_e2m3_ops;
 extern const codec_ops_t codec_mxfp4_e2m1_ops;
 extern const codec_ops_t codec_int8_ops;
 extern const codec_ops_t codec_int8_rht_ops;
+extern const codec_ops_t codec_dynamiq_ops;
 
 static inline bool codec_cfg_stochastic(const void *cfg)
 {

@@ -126,6 +126,7 @@ typedef struct gfc_codec_hop {
     int contributions;   /* how many ranks' values the encoded data sums */
     int group_size;
     uint64_t chunk;      /* index of the chunk within the collective */
+    uint64_t offset;     /* index of the first encoded value in the collective's vector */
     uint64_t group_id;   /* gfc_group_t.id */
     uint64_t seq;        /* gfc_group_t.seq of the collective */
 } gfc_codec_hop_t;

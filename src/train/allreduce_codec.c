@@ -22,7 +22,10 @@ static void where_of(const train_codec_t *t, const gfc_codec_hop_t *h, codec_whe
     w->rank = h->rank;
     w->hop = h->hop;
     w->contributions = h->contributions;
+    w->group_size = h->group_size;
     w->stream = codec_stream_make(h->group_id, h->seq, h->chunk);
+    w->collective = codec_stream_make(h->group_id, h->seq, 0);
+    w->offset = h->offset;
 }
 
 static size_t hook_max(void *ctx, size_t n)
@@ -66,11 +69,17 @@ static tdl_status_t hook_da(void *ctx, const void *in, size_t in_bytes, float *a
 tdl_status_t train_codec_create(const char *name, bool stochastic, uint64_t seed,
                                 train_codec_t **out)
 {
+    codec_config_t cfg = {.round = stochastic ? CODEC_ROUND_STOCHASTIC : CODEC_ROUND_DEFAULT};
+    return train_codec_create_config(name, &cfg, seed, out);
+}
+
+tdl_status_t train_codec_create_config(const char *name, const void *config, uint64_t seed,
+                                       train_codec_t **out)
+{
     train_codec_t *t = calloc(1, sizeof(*t));
     if (!t)
         return tdl_error_raise(TDL_ERR_NOMEM, "all-reduce codec: out of memory");
-    codec_config_t cfg = {.round = stochastic ? CODEC_ROUND_STOCHASTIC : CODEC_ROUND_NEAREST};
-    tdl_status_t st = codec_create(name, &cfg, &t->codec);
+    tdl_status_t st = codec_create(name, config, &t->codec);
     if (st != TDL_OK) {
         free(t);
         return st;

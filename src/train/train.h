@@ -190,10 +190,15 @@ tdl_status_t train_checkpoint_verify(const char *path, char *summary, size_t siz
 
 /* ==== compressed gradient all-reduce (src/train/allreduce_codec.c) ======================== */
 
-/* A src/codec format ("bf16", "mxfp8_e4m3", ...) behind gfc's codec hook. */
+/* A src/codec format ("bf16", "mxfp8", "dynamiq", ...) behind gfc's codec hook. stochastic
+ * forces stochastic rounding; otherwise the format rounds its own way (dynamiq: correlated
+ * stochastic rounding, the others: to nearest). */
 typedef struct train_codec train_codec_t;
 tdl_status_t train_codec_create(const char *name, bool stochastic, uint64_t seed,
                                 train_codec_t **out);
+/* The same with every codec option (bits for dynamiq, ablation flags): config may be NULL. */
+tdl_status_t train_codec_create_config(const char *name, const void *config, uint64_t seed,
+                                       train_codec_t **out);
 const gfc_codec_t *train_codec_hook(const train_codec_t *codec);
 double train_codec_bits_per_coord(const train_codec_t *codec, size_t n);
 void train_codec_free(train_codec_t *codec);

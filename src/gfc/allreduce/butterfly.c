@@ -61,13 +61,15 @@ static int bf_contributions(const bf_state_t *s, int v, int mask)
     return c;
 }
 
-static gfc_codec_hop_t bf_hop(const gfc_request_t *req, int contributions, uint64_t chunk)
+static gfc_codec_hop_t bf_hop(const gfc_request_t *req, int contributions, uint64_t chunk,
+                              size_t offset)
 {
     gfc_codec_hop_t h = {.rank = req->rt->rank,
                          .hop = contributions - 1,
                          .contributions = contributions,
                          .group_size = req->group.size,
                          .chunk = chunk,
+                         .offset = offset,
                          .group_id = req->group.id,
                          .seq = req->seq};
     return h;
@@ -157,7 +159,7 @@ static tdl_status_t bf_send(gfc_request_t *req, int peer, uint32_t step, int lo,
                              bf_span(s, lo, hi) * s->esize, -1);
     size_t len;
     if (contributions > 0) {
-        gfc_codec_hop_t hop = bf_hop(req, contributions, (uint64_t)lo);
+        gfc_codec_hop_t hop = bf_hop(req, contributions, (uint64_t)lo, bf_off(s, lo));
         tdl_status_t st =
             s->codec->ops->encode(s->codec->ctx, &hop, (const float *)(from + bf_off(s, lo) * 4),
                                   bf_span(s, lo, hi), s->sendbuf, &len);
@@ -244,7 +246,7 @@ static tdl_status_t bf_progress(gfc_request_t *req)
                 /* Encode the owned block once; decode it like everyone else will. */
                 size_t n = bf_span(s, v, v + 1);
                 float *blk = (float *)(s->buf + bf_off(s, v) * 4);
-                gfc_codec_hop_t hop = bf_hop(req, req->group.size, (uint64_t)v);
+                gfc_codec_hop_t hop = bf_hop(req, req->group.size, (uint64_t)v, bf_off(s, v));
                 unsigned char *e = s->enc + (size_t)v * s->enc_block_max;
                 if ((st = s->codec->ops->encode(s->codec->ctx, &hop, blk, n, e, &s->enc_len[v])))
                     return bf_codec_err(s, st, "encode");

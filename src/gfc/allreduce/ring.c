@@ -69,7 +69,7 @@ static int slot_make(int c, int kind)
     return c * 8 + kind;
 }
 
-static gfc_codec_hop_t ring_hop(const gfc_request_t *req, int c, int contributions)
+static gfc_codec_hop_t ring_hop(const gfc_request_t *req, int c, int contributions, size_t first)
 {
     gfc_codec_hop_t h = {
         .rank = req->rt->rank,
@@ -77,6 +77,7 @@ static gfc_codec_hop_t ring_hop(const gfc_request_t *req, int c, int contributio
         .contributions = contributions,
         .group_size = req->group.size,
         .chunk = (uint64_t)c,
+        .offset = first,
         .group_id = req->group.id,
         .seq = req->seq,
     };
@@ -243,7 +244,7 @@ static tdl_status_t codec_rs_step(gfc_request_t *req, int c, size_t in_bytes)
     chunk_range(req, recv_block(req, r), c, &first, &len);
     const float *local = (const float *)(s->src + first * 4);
     float *result = (float *)(s->buf + first * 4);
-    gfc_codec_hop_t hop = ring_hop(req, c, r + 2);
+    gfc_codec_hop_t hop = ring_hop(req, c, r + 2, first);
     tdl_status_t st = s->codec->ops->decode_accumulate_encode(
         s->codec->ctx, &hop, ch->tmp, in_bytes, local, len, ch->enc[k], &ch->enc_len[k]);
     if (st != TDL_OK)
@@ -333,7 +334,7 @@ static tdl_status_t ring_first_sends(gfc_request_t *req)
         }
         size_t first, len;
         chunk_range(req, send_block(req, 0), c, &first, &len);
-        gfc_codec_hop_t hop = ring_hop(req, c, 1);
+        gfc_codec_hop_t hop = ring_hop(req, c, 1, first);
         st = s->codec->ops->encode(s->codec->ctx, &hop, (const float *)(s->src + first * 4), len,
                                    ch->enc[0], &ch->enc_len[0]);
         if (st != TDL_OK)

@@ -1,0 +1,656 @@
+/* dynamiq: grouped non-uniform quantization for the multi-hop all-reduce (DynamiQ, arXiv
+ * 2602.08923), designed and measured in doc/dynamiq.md.
+ *
+ * Values are cut into super-groups of 256, and those into 8 groups of 32. A super-group stores
+ * its largest magnitude rounded up to bf16 (S); a group stores a relative exponent e in half
+ * octaves, so its scale is s = S * 2^(-e/2), the smallest such step at or above the group's own
+ * largest magnitude (hierarchical scaling: 16 bits per 256 values plus 5 per 32), and a width w
+ * of 1 to 8 bits (e = 31 marks a group of zeros, which costs no value bits). Each value x becomes
+ * the index of one of 2^w non-uniform levels in [-1, 1] (dynamiq_levels.h, fitted by
+ * dynamiq_levels.py) between which x / s lies, rounded stochastically (unbiased) or to nearest.
+ *
+ * Widths: a super-group has a fixed byte budget; groups get widths by reverse water-filling on
+ * their scales (the expected error of a group is about s^2 4^-w, so w = t + log2 s for the
+ * largest t the budget allows, the remainder going to the largest groups), so large groups get
+ * the bits. The budget itself depends on the hop: partial-sum awareness (dq_hop_bits).
+ *
+ * Correlated rounding: the random word of value i is U(collective, i) + o * 0x9E3779B9, where U
+ * is shared by every rank and o numbers (hop, rank): each rounding is uniform on its own, so
+ * unbiased, but the roundings of one coordinate at different ranks and hops are stratified
+ * (golden-ratio offsets), so their errors partly cancel in the sum.
+ *
+ * Layout (little-endian): header [u8 version 1][u8 levels: 0 fitted, 1 uniform][u16 bytes per
+ * full super-group], then per super-group [bf16 S][u8 meta per group: e << 3 | (w - 1), 0xf8 for
+ * zeros][values: per group, w bit planes of one u32 each (bit i of plane j is bit j of value i's
+ * level index), groups one after the other][zero padding to the super-group's size]. A short
+ * last super-group has ceil(m / 32) groups and a budget scaled to them; a short last group is
+ * padded with zero codes. A super-group holding NaN or Inf stores S = NaN and decodes to NaN. */
+#include "config.h"
+
+#include <float.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec/codec.h"
+#include "codec/codec_internal.h"
+#include "codec/dynamiq_levels.h"
+
+#define DQ_GROUP 32
+#define DQ_SUPER 256
+#define DQ_GPS (DQ_SUPER / DQ_GROUP)
+#define DQ_EMAX 30
+#define DQ_EZERO 31
+#define DQ_HEADER 4
+#define DQ_VERSION 2
+#define DQ_META_ZERO ((DQ_EZERO << 3) | 0)
+#define DQ_MIN_BITS256 352  /* 1.375 bits per value: every group at 1 bit fits */
+#define DQ_MAX_BITS256 2136 /* 8.34375: every group at 8 bits fits */
+#define DQ_DEFAULT_BITS 5.0
+#define DQ_GOLDEN 0x9E3779B9u
+
+typedef struct dq_tables {
+    const float (*lv)[256];
+    const float (*ig)[256];
+} dq_tables_t;
+
+static float dq_uniform_lv[DQ_MAX_WIDTH + 1][256], dq_uniform_ig[DQ_MAX_WIDTH + 1][256];
+static pthread_once_t dq_uniform_once = PTHREAD_ONCE_INIT;
+
+static void dq_uniform_init(void)
+{
+    for (int w = 1; w <= DQ_MAX_WIDTH; w++) {
+        int top = (1 << w) - 1;
+        for (int k = 0; k <= top; k++)
+            dq_uniform_lv[w][k] = -1.0f + 2.0f * (float)k / (float)top;
+        for (int k = 0; k < top; k++)
+            dq_uniform_ig[w][k] = 1.0f / (dq_uniform_lv[w][k + 1] - dq_uniform_lv[w][k]);
+    }
+}
+
+static dq_tables_t dq_tables(int kind)
+{
+    if (kind == 1) {
+        pthread_once(&dq_uniform_once, dq_uniform_init);
+        return (dq_tables_t){dq_uniform_lv, dq_uniform_ig};
+    }
+    return (dq_tables_t){dq_levels, dq_inv_gap};
+}
+
+static unsigned dq_flags(const void *cfg)
+{
+    return cfg ? ((const codec_config_t *)cfg)->flags : 0;
+}
+
+static double dq_bits(const void *cfg)
+{
+    double b = cfg ? ((const codec_config_t *)cfg)->bits : 0;
+    return b > 0 ? b : DQ_DEFAULT_BITS;
+}
+
+/* Stochastic unless nearest was asked for. */
+static bool dq_stochastic(const void *cfg)
+{
+    return !cfg || ((const codec_config_t *)cfg)->round != CODEC_ROUND_NEAREST;
+}
+
+/* 2^(-e/2) */
+static inline float dq_half_pow(int e)
+{
+    float r = codec_pow2f(-(e >> 1));
+    return (e & 1) ? r * 0x1.6a09e6p-1f : r;
+}
+
+/* ---- the budget of a hop (partial-sum awareness) -------------------------------------------- */
+
+/* Bits per value, metadata included, for an encoding of data summing `contributions` of
+ * `group_size` ranks. The final sum (contributions == group_size) is what every member keeps and
+ * half of the all-reduce's traffic; the partial sums before it are the other half, and their
+ * errors are smaller the fewer contributions they hold. An all-reduce averages `bits` when the
+ * intermediate and final budgets average it, which dq_hop_bits keeps for ring and butterfly. */
+/* Partial sums of c < p contributions get 0.5 log2(c) bits more than the first hop; the final
+ * sum half a bit less than the last partial sum would (it is half the traffic). Measured on DiT
+ * gradients and heavy-tailed vectors (doc/dynamiq.md): 1 to 10% lower vNMSE on a ring than a
+ * flat budget; steeper ramps (log2 c, 1.5 log2 c) are worse. */
+static double dq_hop_offset(int c, int p)
+{
+    return c < p ? 0.5 * log2((double)c) : 0.5 * log2((double)p) - 0.5;
+}
+
+static double dq_hop_bits(const void *cfg, const codec_where_t *w)
+{
+    double b = dq_bits(cfg);
+    if ((dq_flags(cfg) & CODEC_DQ_FLAT_HOPS) || !w || w->group_size < 2)
+        return b;
+    int p = w->group_size, c = TDL_MAX(1, TDL_MIN(w->contributions, p));
+    double mean = 0; /* the ring's traffic-weighted mean offset */
+    for (int k = 1; k < p; k++)
+        mean += dq_hop_offset(k, p);
+    mean = (mean + (p - 1) * dq_hop_offset(p, p)) / (2.0 * (p - 1));
+    return b - mean + dq_hop_offset(c, p);
+}
+
+/* A super-group of m values: [u8 value units][bf16 S][meta per group][4 * units value bytes]. */
+static size_t dq_groups(size_t m)
+{
+    return (m + DQ_GROUP - 1) / DQ_GROUP;
+}
+
+static size_t dq_sg_bytes(size_t m, int units)
+{
+    return 3 + dq_groups(m) + 4 * (size_t)units;
+}
+
+/* Budget in 1/256 bits per value as the header stores it. */
+static int dq_bits_code(double bits)
+{
+    long v = lround(bits * 256.0);
+    return (int)(v < DQ_MIN_BITS256 ? DQ_MIN_BITS256 : v > DQ_MAX_BITS256 ? DQ_MAX_BITS256 : v);
+}
+
+/* Encoded size of n values at a budget of code/256 bits per value: every super-group fits at
+ * one bit per value (the smallest budget is above that), the rest is padding. */
+static size_t dq_size(size_t n, int code)
+{
+    size_t want = (n * (size_t)code + 2047) / 2048;
+    size_t least = n / DQ_SUPER * dq_sg_bytes(DQ_SUPER, DQ_GPS) +
+                   (n % DQ_SUPER ? dq_sg_bytes(n % DQ_SUPER, (int)dq_groups(n % DQ_SUPER)) : 0);
+    return DQ_HEADER + TDL_MAX(want, least);
+}
+
+/* ---- random words ----------------------------------------------------------------------- */
+
+static inline uint32_t dq_fmix32(uint32_t h)
+{
+    h ^= h >> 16;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13;
+    h *= 0xc2b2ae35u;
+    h ^= h >> 16;
+    return h;
+}
+
+/* Word of the value at absolute index a: fmix32(a * golden + key) + offset. */
+typedef struct dq_rand {
+    uint32_t key, offset;
+} dq_rand_t;
+
+static dq_rand_t dq_rand_of(const void *cfg, const codec_where_t *w)
+{
+    dq_rand_t r = {0, 0};
+    if (!w)
+        return r;
+    if (dq_flags(cfg) & CODEC_DQ_INDEPENDENT) {
+        r.key = (uint32_t)codec_mix64(w->seed ^ codec_where_stream(w));
+    } else {
+        uint32_t members = w->group_size > 0 ? (uint32_t)w->group_size : 65536u;
+        r.key = (uint32_t)codec_mix64(w->seed ^ codec_mix64(w->collective ^ 0x6471ull));
+        r.offset = ((uint32_t)w->hop * members + (uint32_t)w->rank) * DQ_GOLDEN;
+    }
+    return r;
+}
+
+static inline uint32_t dq_word(dq_rand_t r, uint64_t a)
+{
+    return dq_fmix32((uint32_t)a * DQ_GOLDEN + r.key) + r.offset;
+}
+
+/* ---- one super-group -------------------------------------------------------------------- */
+
+/* Widths for groups with exponents e[0..ng) within vb value bytes (a width-w group takes 4w). */
+static void dq_allocate(const int *e, int ng, int vb, unsigned flags, int *w)
+{
+    int nz = 0;
+    for (int g = 0; g < ng; g++)
+        nz += e[g] != DQ_EZERO;
+    if (nz == 0) {
+        for (int g = 0; g < ng; g++)
+            w[g] = 0;
+        return;
+    }
+    if (flags & CODEC_DQ_FIXED_WIDTH) {
+        int b = TDL_MIN(DQ_MAX_WIDTH, vb / (4 * nz));
+        for (int g = 0; g < ng; g++)
+            w[g] = e[g] == DQ_EZERO ? 0 : b;
+        return;
+    }
+    /* width at threshold t: clamp((t - e) / 2, 1, 8), t in half bits */
+#define DQ_WIDTH_AT(t, eg) TDL_MAX(1, TDL_MIN(DQ_MAX_WIDTH, ((t) - (eg)) >= 0 ? ((t) - (eg)) / 2 : 0))
+    int lo = 0, hi = 2 * DQ_MAX_WIDTH + DQ_EMAX + 1; /* cost(lo) fits; cost(hi) is the most */
+    while (hi - lo > 1) {
+        int t = (lo + hi) / 2, cost = 0;
+        for (int g = 0; g < ng; g++)
+            cost += e[g] == DQ_EZERO ? 0 : 4 * DQ_WIDTH_AT(t, e[g]);
+        if (cost <= vb)
+            lo = t;
+        else
+            hi = t;
+    }
+    int left = vb;
+    for (int g = 0; g < ng; g++) {
+        w[g] = e[g] == DQ_EZERO ? 0 : DQ_WIDTH_AT(lo, e[g]);
+        left -= 4 * w[g];
+    }
+    /* the groups next in line at lo + 1, largest scale first, while bytes remain */
+    for (int ex = 0; ex <= DQ_EMAX && left >= 4; ex++)
+        for (int g = 0; g < ng && left >= 4; g++)
+            if (e[g] == ex && DQ_WIDTH_AT(lo + 1, ex) > w[g]) {
+                w[g]++;
+                left -= 4;
+            }
+#undef DQ_WIDTH_AT
+}
+
+/* Largest k in [0, 2^w - 2] with lv[k] <= v. */
+static inline int dq_search(const float *lv, int w, float v)
+{
+    int lo = 0, hi = (1 << w) - 1;
+    while (hi - lo > 1) {
+        int mid = (lo + hi) >> 1;
+        if (lv[mid] <= v)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+typedef struct dq_enc {
+    dq_tables_t t;
+    unsigned flags;
+    bool stochastic;
+    dq_rand_t rand;
+} dq_enc_t;
+
+/* Encodes m <= 256 values x (absolute index a0 of x[0]) at o, within `units` value units (4
+ * bytes each: one bit per value of a group). Answers the units used. */
+static int dq_encode_sg(const dq_enc_t *c, const float *x, size_t m, uint64_t a0, int units,
+                        unsigned char *o)
+{
+    int ng = (int)dq_groups(m);
+    float gmax[DQ_GPS] = {0};
+    bool bad = false;
+    for (size_t i = 0; i < m; i++) {
+        float ax = fabsf(x[i]);
+        bad |= !(ax <= FLT_MAX);
+        gmax[i / DQ_GROUP] = fmaxf(gmax[i / DQ_GROUP], ax);
+    }
+    unsigned char *meta = o + 3, *val = o + 3 + ng;
+    o[0] = 0;
+    memset(meta, DQ_META_ZERO, (size_t)ng);
+    if (bad) {
+        codec_store_le16(o + 1, 0x7fc0);
+        return 0;
+    }
+    float smax = 0;
+    for (int g = 0; g < ng; g++)
+        smax = fmaxf(smax, gmax[g]);
+    uint32_t u = codec_f32_bits(smax);
+    u = (u >> 16) + ((u & 0xffffu) != 0);
+    if (u >= 0x7f80u)
+        u = 0x7f7fu; /* the largest finite bf16 */
+    codec_store_le16(o + 1, (uint16_t)u);
+    float S = codec_bits_f32(u << 16);
+    int e[DQ_GPS], w[DQ_GPS];
+    for (int g = 0; g < ng; g++) {
+        if (gmax[g] == 0) {
+            e[g] = DQ_EZERO;
+        } else if (c->flags & CODEC_DQ_FLAT_SCALE) {
+            e[g] = 0;
+        } else {
+            int lo = 0, hi = DQ_EMAX + 1; /* S * half(lo) >= gmax; find the largest such lo */
+            while (hi - lo > 1) {
+                int mid = (lo + hi) >> 1;
+                if (S * dq_half_pow(mid) >= gmax[g])
+                    lo = mid;
+                else
+                    hi = mid;
+            }
+            e[g] = lo;
+        }
+    }
+    dq_allocate(e, ng, 4 * units, c->flags, w);
+    int used = 0;
+    for (int g = 0; g < ng; g++) {
+        if (e[g] == DQ_EZERO)
+            continue;
+        int wg = w[g];
+        meta[g] = (unsigned char)(e[g] << 3 | (wg - 1));
+        used += wg;
+        const float *lv = c->t.lv[wg], *ig = c->t.ig[wg];
+        float s = S * dq_half_pow(e[g]), inv = 1.0f / s;
+        uint32_t planes[DQ_MAX_WIDTH] = {0};
+        size_t first = (size_t)g * DQ_GROUP, cnt = TDL_MIN((size_t)DQ_GROUP, m - first);
+        for (size_t i = 0; i < cnt; i++) {
+            float v = fminf(fmaxf(x[first + i] * inv, -1.0f), 1.0f);
+            int k = dq_search(lv, wg, v);
+            float p = (v - lv[k]) * ig[k];
+            bool up;
+            if (c->stochastic)
+                up = (float)(dq_word(c->rand, a0 + first + i) >> 8) * 0x1.0p-24f < p;
+            else
+                up = p > 0.5f;
+            uint32_t code = (uint32_t)k + up;
+            for (int j = 0; j < wg; j++)
+                planes[j] |= ((code >> j) & 1u) << i;
+        }
+        for (int j = 0; j < wg; j++)
+            codec_store_le32(val + 4 * j, planes[j]);
+        val += 4 * wg;
+    }
+    o[0] = (unsigned char)used;
+    return used;
+}
+
+/* Decodes the super-group of m values at p, which has `avail` bytes left to it, into x (add: x
+ * +=). Answers its size, or 0 if its metadata is impossible. */
+static size_t dq_decode_sg(dq_tables_t t, const unsigned char *p, size_t avail, size_t m,
+                           float *x, bool add)
+{
+    int ng = (int)dq_groups(m);
+    if (avail < (size_t)3 + ng)
+        return 0;
+    int units = p[0];
+    size_t size = dq_sg_bytes(m, units);
+    const unsigned char *meta = p + 3, *val = p + 3 + ng;
+    int used = 0;
+    for (int g = 0; g < ng; g++) {
+        int e = meta[g] >> 3, w = (meta[g] & 7) + 1;
+        if (e == DQ_EZERO && (meta[g] & 7))
+            return 0;
+        used += e == DQ_EZERO ? 0 : w;
+    }
+    if (used != units || size > avail)
+        return 0;
+    float S = codec_bits_f32((uint32_t)codec_load_le16(p + 1) << 16);
+    if (isnan(S)) {
+        for (size_t i = 0; i < m; i++)
+            x[i] = add ? x[i] + NAN : NAN;
+        return size;
+    }
+    for (int g = 0; g < ng; g++) {
+        size_t first = (size_t)g * DQ_GROUP, cnt = TDL_MIN((size_t)DQ_GROUP, m - first);
+        int e = meta[g] >> 3, w = (meta[g] & 7) + 1;
+        if (e == DQ_EZERO) {
+            if (!add)
+                memset(x + first, 0, cnt * sizeof(float));
+            continue;
+        }
+        uint32_t planes[DQ_MAX_WIDTH];
+        for (int j = 0; j < w; j++)
+            planes[j] = codec_load_le32(val + 4 * j);
+        val += 4 * w;
+        const float *lv = t.lv[w];
+        float s = S * dq_half_pow(e);
+        for (size_t i = 0; i < cnt; i++) {
+            uint32_t code = 0;
+            for (int j = 0; j < w; j++)
+                code |= ((planes[j] >> i) & 1u) << j;
+            float y = lv[code] * s;
+            x[first + i] = add ? x[first + i] + y : y;
+        }
+    }
+    return size;
+}
+
+/* ---- the budget across super-groups ------------------------------------------------------ */
+
+/* Value units for each super-group from an estimate of its largest magnitude: reverse
+ * water-filling, bits per value t + log2(est) clamped to [1, 8], for the largest t whose total
+ * fits `budget` bytes (super-group overheads included). Zero estimates get no units. */
+static void dq_split_budget(const float *est, size_t n, size_t budget, unsigned flags,
+                            unsigned char *units)
+{
+    size_t nsg = (n + DQ_SUPER - 1) / DQ_SUPER, fixed = 0;
+    for (size_t k = 0; k < nsg; k++)
+        fixed += dq_sg_bytes(TDL_MIN((size_t)DQ_SUPER, n - k * DQ_SUPER), 0);
+    double lo = -200, hi = 200;
+    float emax = 0;
+    for (size_t k = 0; k < nsg; k++)
+        emax = fmaxf(emax, est[k]);
+    if (emax > 0)
+        lo = -log2((double)emax) - 16, hi = 9 - log2((double)emax) + 150;
+    bool flat = flags & CODEC_DQ_EVEN_SPLIT;
+    for (int it = 0; it < 40; it++) {
+        double t = 0.5 * (lo + hi);
+        size_t total = fixed;
+        for (size_t k = 0; k < nsg; k++) {
+            if (est[k] == 0)
+                continue;
+            double b = flat ? t : t + log2((double)est[k]);
+            b = b < 1 ? 1 : b > 8 ? 8 : b;
+            total += 4 * (size_t)(b * (double)dq_groups(TDL_MIN((size_t)DQ_SUPER, n - k * DQ_SUPER)));
+        }
+        if (total <= budget)
+            lo = t;
+        else
+            hi = t;
+    }
+    for (size_t k = 0; k < nsg; k++) {
+        double b = flat ? lo : lo + log2((double)est[k]);
+        b = b < 1 ? 1 : b > 8 ? 8 : b;
+        units[k] = est[k] == 0 ? 0
+                               : (unsigned char)(b * (double)dq_groups(
+                                                         TDL_MIN((size_t)DQ_SUPER, n - k * DQ_SUPER)));
+    }
+}
+
+/* ---- the operations --------------------------------------------------------------------- */
+
+typedef struct dq_in {
+    const unsigned char *p; /* first super-group */
+    size_t bytes;           /* from there to the end */
+    dq_tables_t t;
+} dq_in_t;
+
+static tdl_status_t dq_open(const void *in, size_t in_bytes, size_t n, dq_in_t *d)
+{
+    const unsigned char *p = in;
+    if (in_bytes < DQ_HEADER)
+        return tdl_error_raise(TDL_ERR_CORRUPT,
+                               "codec dynamiq: encoded data of %zu values is %zu bytes, shorter "
+                               "than its header",
+                               n, in_bytes);
+    int code = codec_load_le16(p + 2);
+    if (p[0] != DQ_VERSION || p[1] > 1 || code < DQ_MIN_BITS256 || code > DQ_MAX_BITS256)
+        return tdl_error_raise(TDL_ERR_CORRUPT,
+                               "codec dynamiq: bad header (version %d, levels %d, budget %d/256 "
+                               "bits per value; expected version %d, levels 0 or 1, %d to %d)",
+                               p[0], p[1], code, DQ_VERSION, DQ_MIN_BITS256, DQ_MAX_BITS256);
+    tdl_status_t st = codec_check_size("dynamiq", in_bytes, dq_size(n, code), n);
+    if (st != TDL_OK)
+        return st;
+    *d = (dq_in_t){.p = p + DQ_HEADER, .bytes = in_bytes - DQ_HEADER, .t = dq_tables(p[1])};
+    return TDL_OK;
+}
+
+static tdl_status_t dq_corrupt(size_t sg)
+{
+    return tdl_error_raise(TDL_ERR_CORRUPT,
+                           "codec dynamiq: super-group %zu has impossible metadata (widths "
+                           "beyond its size or the data's end, or a zero group with a width)",
+                           sg);
+}
+
+/* The largest magnitude of an encoded super-group, from its header alone (0 for NaN). */
+static float dq_sg_scale(const unsigned char *p)
+{
+    float S = codec_bits_f32((uint32_t)codec_load_le16(p + 1) << 16);
+    return isnan(S) ? 0.0f : S;
+}
+
+/* encode (in != NULL) or fused (enc != NULL: out = encode(local + decode(enc))). */
+static tdl_status_t dq_run(const void *cfg, const codec_where_t *w, const float *in,
+                           const dq_in_t *enc, const float *local, size_t n, void *out,
+                           size_t *out_bytes)
+{
+    unsigned flags = dq_flags(cfg);
+    dq_enc_t c = {.t = dq_tables((flags & CODEC_DQ_UNIFORM) ? 1 : 0),
+                  .flags = flags,
+                  .stochastic = dq_stochastic(cfg),
+                  .rand = dq_rand_of(cfg, w)};
+    int code = dq_bits_code(dq_hop_bits(cfg, w));
+    size_t total = dq_size(n, code), nsg = (n + DQ_SUPER - 1) / DQ_SUPER;
+    unsigned char *o = out;
+    float est_stack[256];
+    unsigned char units_stack[256];
+    float *est = nsg <= 256 ? est_stack : malloc(nsg * sizeof(float));
+    unsigned char *units = nsg <= 256 ? units_stack : malloc(nsg);
+    if (!est || !units) {
+        if (est != est_stack)
+            free(est);
+        if (units != units_stack)
+            free(units);
+        return tdl_error_raise(TDL_ERR_NOMEM, "codec dynamiq: out of memory for %zu values", n);
+    }
+    /* super-group statistics: an upper bound of each one's largest magnitude */
+    const float *vals = in ? in : local;
+    const unsigned char *ip = enc ? enc->p : NULL, *iend = enc ? enc->p + enc->bytes : NULL;
+    tdl_status_t st = TDL_OK;
+    for (size_t k = 0; k < nsg; k++) {
+        size_t first = k * DQ_SUPER, m = TDL_MIN((size_t)DQ_SUPER, n - first);
+        float mx = 0;
+        bool bad = false;
+        for (size_t i = 0; i < m; i++) {
+            float ax = fabsf(vals[first + i]);
+            bad |= !(ax <= FLT_MAX);
+            mx = fmaxf(mx, ax);
+        }
+        if (enc) {
+            if ((size_t)(iend - ip) < dq_sg_bytes(m, 0)) {
+                st = dq_corrupt(k);
+                break;
+            }
+            mx += dq_sg_scale(ip);
+            ip += dq_sg_bytes(m, ip[0]);
+        }
+        est[k] = bad ? 0.0f : mx <= FLT_MAX ? mx : FLT_MAX;
+    }
+    if (st == TDL_OK) {
+        dq_split_budget(est, n, total - DQ_HEADER, flags, units);
+        memset(o, 0, total);
+        o[0] = DQ_VERSION;
+        o[1] = (flags & CODEC_DQ_UNIFORM) ? 1 : 0;
+        codec_store_le16(o + 2, (uint16_t)code);
+        o += DQ_HEADER;
+        ip = enc ? enc->p : NULL;
+        uint64_t a = w ? w->offset : 0;
+        float x[DQ_SUPER];
+        int carry = 0; /* units a super-group left unused go to the next */
+        for (size_t k = 0; k < nsg; k++) {
+            size_t first = k * DQ_SUPER, m = TDL_MIN((size_t)DQ_SUPER, n - first);
+            const float *src = in ? in + first : x;
+            if (enc) {
+                size_t used = dq_decode_sg(enc->t, ip, (size_t)(iend - ip), m, x, false);
+                if (!used) {
+                    st = dq_corrupt(k);
+                    break;
+                }
+                for (size_t i = 0; i < m; i++)
+                    x[i] += local[first + i];
+                ip += used;
+            }
+            int give = units[k] ? TDL_MIN(units[k] + carry, 8 * (int)dq_groups(m)) : 0;
+            int got = dq_encode_sg(&c, src, m, a + first, give, o);
+            carry += units[k] - got;
+            o += dq_sg_bytes(m, got);
+        }
+    }
+    if (est != est_stack)
+        free(est);
+    if (units != units_stack)
+        free(units);
+    if (st == TDL_OK)
+        *out_bytes = total;
+    return st;
+}
+
+static size_t dq_max_encoded_bytes(const void *cfg, size_t n)
+{
+    size_t full = n / DQ_SUPER * dq_sg_bytes(DQ_SUPER, 8 * DQ_GPS);
+    size_t tail = n % DQ_SUPER ? dq_sg_bytes(n % DQ_SUPER, 8 * (int)dq_groups(n % DQ_SUPER)) : 0;
+    return TDL_MAX(DQ_HEADER + full + tail, dq_size(n, DQ_MAX_BITS256));
+}
+
+static tdl_status_t dq_encode(const void *cfg, const codec_where_t *w, const float *in, size_t n,
+                              void *out, size_t *out_bytes)
+{
+    tdl_status_t st = codec_check_args("dynamiq", in, out, n);
+    if (!st && !out)
+        st = tdl_error_raise(TDL_ERR_INVALID_ARG, "codec dynamiq: NULL output buffer");
+    if (!st && dq_stochastic(cfg) && !w)
+        st = codec_check_where("dynamiq", &(codec_config_t){.round = CODEC_ROUND_STOCHASTIC}, w);
+    return st ? st : dq_run(cfg, w, in, NULL, NULL, n, out, out_bytes);
+}
+
+static tdl_status_t dq_decode_into(const void *in, size_t in_bytes, float *out, size_t n,
+                                   bool add)
+{
+    tdl_status_t st = codec_check_args("dynamiq", in, out, n);
+    dq_in_t d;
+    if (st || (st = dq_open(in, in_bytes, n, &d)))
+        return st;
+    const unsigned char *p = d.p, *end = d.p + d.bytes;
+    for (size_t first = 0, k = 0; first < n; first += DQ_SUPER, k++) {
+        size_t m = TDL_MIN((size_t)DQ_SUPER, n - first);
+        size_t used = dq_decode_sg(d.t, p, (size_t)(end - p), m, out + first, add);
+        if (!used)
+            return dq_corrupt(k);
+        p += used;
+    }
+    return TDL_OK;
+}
+
+static tdl_status_t dq_decode(const void *cfg, const void *in, size_t in_bytes, float *out,
+                              size_t n)
+{
+    return dq_decode_into(in, in_bytes, out, n, false);
+}
+
+static tdl_status_t dq_decode_accumulate(const void *cfg, const void *in, size_t in_bytes,
+                                         float *acc, size_t n)
+{
+    return dq_decode_into(in, in_bytes, acc, n, true);
+}
+
+static tdl_status_t dq_fused(const void *cfg, const codec_where_t *w, const void *in,
+                             size_t in_bytes, const float *local, size_t n, void *out,
+                             size_t *out_bytes)
+{
+    tdl_status_t st = codec_check_args("dynamiq", in, out, n);
+    if (!st)
+        st = codec_check_args("dynamiq", local, out, n);
+    if (!st && !out)
+        st = tdl_error_raise(TDL_ERR_INVALID_ARG, "codec dynamiq: NULL output buffer");
+    if (!st && dq_stochastic(cfg) && !w)
+        st = codec_check_where("dynamiq", &(codec_config_t){.round = CODEC_ROUND_STOCHASTIC}, w);
+    dq_in_t d;
+    if (st || (st = dq_open(in, in_bytes, n, &d)))
+        return st;
+    return dq_run(cfg, w, NULL, &d, local, n, out, out_bytes);
+}
+
+/* The all-reduce's average over a ring of 8: half its traffic is partial sums, half the final
+ * sum (dq_hop_bits keeps that average at the configured bits for any ring). */
+static double dq_bits_per_coord(const void *cfg, size_t n)
+{
+    double sum = 0;
+    for (int c = 1; c <= 8; c++) {
+        codec_where_t w = {.group_size = 8, .contributions = c, .hop = c - 1};
+        int code = dq_bits_code(dq_hop_bits(cfg, &w));
+        double per = n ? 8.0 * (double)dq_size(n, code) / (double)n : code / 256.0;
+        sum += c < 8 ? per : 7 * per;
+    }
+    return sum / 14.0;
+}
+
+const codec_ops_t codec_dynamiq_ops = {
+    .name = "dynamiq",
+    .max_encoded_bytes = dq_max_encoded_bytes,
+    .encode = dq_encode,
+    .decode = dq_decode,
+    .decode_accumulate = dq_decode_accumulate,
+    .decode_accumulate_encode = dq_fused,
+    .bits_per_coord = dq_bits_per_coord,
+};
