@@ -145,7 +145,7 @@ static size_t dq_sg_bytes(size_t m, int units)
 /* Budget in 1/256 bits per value as the header stores it. */
 static int dq_bits_code(double bits)
 {
-    long v = lround(bits * 256.0);
+    long v = (long)floor(bits * 256.0); /* down: an all-reduce never exceeds its budget */
     return (int)(v < DQ_MIN_BITS256 ? DQ_MIN_BITS256 : v > DQ_MAX_BITS256 ? DQ_MAX_BITS256 : v);
 }
 
@@ -343,26 +343,31 @@ static int dq_encode_sg(const dq_enc_t *c, const float *x, size_t m, uint64_t a0
     return used;
 }
 
-/* Decodes the super-group of m values at p, which has `avail` bytes left to it, into x (add: x
- * +=). Answers its size, or 0 if its metadata is impossible. */
-static size_t dq_decode_sg(dq_tables_t t, const unsigned char *p, size_t avail, size_t m,
-                           float *x, bool add)
+/* The size of the super-group of m values at p, which has `avail` bytes left to it, or 0 if
+ * its metadata is impossible. */
+static size_t dq_check_sg(const unsigned char *p, size_t avail, size_t m)
 {
     int ng = (int)dq_groups(m);
     if (avail < (size_t)3 + ng)
         return 0;
-    int units = p[0];
+    int units = p[0], used = 0;
     size_t size = dq_sg_bytes(m, units);
-    const unsigned char *meta = p + 3, *val = p + 3 + ng;
-    int used = 0;
     for (int g = 0; g < ng; g++) {
-        int e = meta[g] >> 3, w = (meta[g] & 7) + 1;
-        if (e == DQ_EZERO && (meta[g] & 7))
+        int e = p[3 + g] >> 3, w = (p[3 + g] & 7) + 1;
+        if (e == DQ_EZERO && (p[3 + g] & 7))
             return 0;
         used += e == DQ_EZERO ? 0 : w;
     }
-    if (used != units || size > avail)
-        return 0;
+    return used == units && size <= avail ? size : 0;
+}
+
+/* Decodes the super-group of m values at p (checked by dq_check_sg) into x (add: x +=).
+ * Answers its size. */
+static size_t dq_decode_sg(dq_tables_t t, const unsigned char *p, size_t m, float *x, bool add)
+{
+    int ng = (int)dq_groups(m);
+    size_t size = dq_sg_bytes(m, p[0]);
+    const unsigned char *meta = p + 3, *val = p + 3 + ng;
     float S = codec_bits_f32((uint32_t)codec_load_le16(p + 1) << 16);
     if (isnan(S)) {
         for (size_t i = 0; i < m; i++)
@@ -473,13 +478,6 @@ static tdl_status_t dq_corrupt(size_t sg)
                            sg);
 }
 
-/* The largest magnitude of an encoded super-group, from its header alone (0 for NaN). */
-static float dq_sg_scale(const unsigned char *p)
-{
-    float S = codec_bits_f32((uint32_t)codec_load_le16(p + 1) << 16);
-    return isnan(S) ? 0.0f : S;
-}
-
 /* encode (in != NULL) or fused (enc != NULL: out = encode(local + decode(enc))). */
 static tdl_status_t dq_run(const void *cfg, const codec_where_t *w, const float *in,
                            const dq_in_t *enc, const float *local, size_t n, void *out,
@@ -504,28 +502,33 @@ static tdl_status_t dq_run(const void *cfg, const codec_where_t *w, const float 
             free(units);
         return tdl_error_raise(TDL_ERR_NOMEM, "codec dynamiq: out of memory for %zu values", n);
     }
-    /* super-group statistics: an upper bound of each one's largest magnitude */
-    const float *vals = in ? in : local;
+    /* super-group statistics: each one's largest magnitude, of the sum for the fused pass
+     * (decoded here and again below, so the fused pass is the two steps byte for byte) */
     const unsigned char *ip = enc ? enc->p : NULL, *iend = enc ? enc->p + enc->bytes : NULL;
+    float x[DQ_SUPER];
     tdl_status_t st = TDL_OK;
     for (size_t k = 0; k < nsg; k++) {
         size_t first = k * DQ_SUPER, m = TDL_MIN((size_t)DQ_SUPER, n - first);
-        float mx = 0;
-        bool bad = false;
-        for (size_t i = 0; i < m; i++) {
-            float ax = fabsf(vals[first + i]);
-            bad |= !(ax <= FLT_MAX);
-            mx = fmaxf(mx, ax);
-        }
+        const float *v = in ? in + first : x;
         if (enc) {
-            if ((size_t)(iend - ip) < dq_sg_bytes(m, 0)) {
+            size_t size = dq_check_sg(ip, (size_t)(iend - ip), m);
+            if (!size) {
                 st = dq_corrupt(k);
                 break;
             }
-            mx += dq_sg_scale(ip);
-            ip += dq_sg_bytes(m, ip[0]);
+            dq_decode_sg(enc->t, ip, m, x, false);
+            for (size_t i = 0; i < m; i++)
+                x[i] += local[first + i];
+            ip += size;
         }
-        est[k] = bad ? 0.0f : mx <= FLT_MAX ? mx : FLT_MAX;
+        float mx = 0;
+        bool bad = false;
+        for (size_t i = 0; i < m; i++) {
+            float ax = fabsf(v[i]);
+            bad |= !(ax <= FLT_MAX);
+            mx = fmaxf(mx, ax);
+        }
+        est[k] = bad ? 0.0f : mx;
     }
     if (st == TDL_OK) {
         dq_split_budget(est, n, total - DQ_HEADER, flags, units);
@@ -536,20 +539,14 @@ static tdl_status_t dq_run(const void *cfg, const codec_where_t *w, const float 
         o += DQ_HEADER;
         ip = enc ? enc->p : NULL;
         uint64_t a = w ? w->offset : 0;
-        float x[DQ_SUPER];
         int carry = 0; /* units a super-group left unused go to the next */
         for (size_t k = 0; k < nsg; k++) {
             size_t first = k * DQ_SUPER, m = TDL_MIN((size_t)DQ_SUPER, n - first);
             const float *src = in ? in + first : x;
             if (enc) {
-                size_t used = dq_decode_sg(enc->t, ip, (size_t)(iend - ip), m, x, false);
-                if (!used) {
-                    st = dq_corrupt(k);
-                    break;
-                }
+                ip += dq_decode_sg(enc->t, ip, m, x, false);
                 for (size_t i = 0; i < m; i++)
                     x[i] += local[first + i];
-                ip += used;
             }
             int give = units[k] ? TDL_MIN(units[k] + carry, 8 * (int)dq_groups(m)) : 0;
             int got = dq_encode_sg(&c, src, m, a + first, give, o);
@@ -592,13 +589,15 @@ static tdl_status_t dq_decode_into(const void *in, size_t in_bytes, float *out, 
     if (st || (st = dq_open(in, in_bytes, n, &d)))
         return st;
     const unsigned char *p = d.p, *end = d.p + d.bytes;
-    for (size_t first = 0, k = 0; first < n; first += DQ_SUPER, k++) {
-        size_t m = TDL_MIN((size_t)DQ_SUPER, n - first);
-        size_t used = dq_decode_sg(d.t, p, (size_t)(end - p), m, out + first, add);
-        if (!used)
+    for (size_t first = 0, k = 0; first < n; first += DQ_SUPER, k++) { /* check all first */
+        size_t size = dq_check_sg(p, (size_t)(end - p), TDL_MIN((size_t)DQ_SUPER, n - first));
+        if (!size)
             return dq_corrupt(k);
-        p += used;
+        p += size;
     }
+    p = d.p;
+    for (size_t first = 0; first < n; first += DQ_SUPER)
+        p += dq_decode_sg(d.t, p, TDL_MIN((size_t)DQ_SUPER, n - first), out + first, add);
     return TDL_OK;
 }
 

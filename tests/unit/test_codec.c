@@ -107,9 +107,14 @@ static void test_names(void)
     }
     ok(found, "every format is found by name with all its operations");
     is_str(codec_names(),
-           "f32|bf16|fp16|mxfp8_e4m3|mxfp8_e5m2|mxfp6_e3m2|mxfp6_e2m3|mxfp4_e2m1|int8|int8_rht",
+           "f32|bf16|fp16|mxfp8_e4m3|mxfp8_e5m2|mxfp6_e3m2|mxfp6_e2m3|mxfp4_e2m1|int8|int8_rht|"
+           "dynamiq",
            "codec_names lists the table");
     ok(codec_find("mxfp5") == NULL && codec_find(NULL) == NULL, "unknown names give NULL");
+    ok(codec_find("mxfp8") == codec_find("mxfp8_e4m3") &&
+           codec_find("mxfp6") == codec_find("mxfp6_e3m2") &&
+           codec_find("mxfp4") == codec_find("mxfp4_e2m1"),
+       "mxfp8, mxfp6 and mxfp4 name E4M3, E3M2 and E2M1");
 
     codec_t *c = NULL;
     is_int(codec_create("mxfp4_e2m1", &cfg_sr, &c), TDL_OK, "codec_create by name");
