@@ -4,8 +4,8 @@
  * Values are cut into super-groups of 256, and those into 8 groups of 32. A super-group stores
  * its largest magnitude rounded up to bf16 (S); a group stores a relative exponent e in half
  * octaves, so its scale is s = S * 2^(-e/2), the smallest such step at or above the group's own
- * largest magnitude (hierarchical scaling: 16 bits per 256 values plus 5 per 32), and a width w
- * of 1 to 8 bits (e = 31 marks a group of zeros, which costs no value bits). Each value x becomes
+ * largest magnitude (hierarchical scaling: 16 bits per 256 values plus 4 per 32), and a width w
+ * of 1 to 16 bits (e = 15 marks a group of zeros, which costs no value bits). Each value x becomes
  * the index of one of 2^w non-uniform levels in [-1, 1] (dynamiq_levels.h, fitted by
  * dynamiq_levels.py) between which x / s lies, rounded stochastically (unbiased) or to nearest.
  *
@@ -20,7 +20,7 @@
  * (golden-ratio offsets), so their errors partly cancel in the sum.
  *
  * Layout (little-endian): header [u8 version 1][u8 levels: 0 fitted, 1 uniform][u16 bytes per
- * full super-group], then per super-group [bf16 S][u8 meta per group: e << 3 | (w - 1), 0xf8 for
+ * full super-group], then per super-group [bf16 S][u8 meta per group: e << 4 | (w - 1), 0xf0 for
  * zeros][values: per group, w bit planes of one u32 each (bit i of plane j is bit j of value i's
  * level index), groups one after the other][zero padding to the super-group's size]. A short
  * last super-group has ceil(m / 32) groups and a budget scaled to them; a short last group is
@@ -40,13 +40,14 @@
 #define DQ_GROUP 32
 #define DQ_SUPER 256
 #define DQ_GPS (DQ_SUPER / DQ_GROUP)
-#define DQ_EMAX 30
-#define DQ_EZERO 31
+#define DQ_EMAX 14   /* group exponents 0..14 half octaves below S */
+#define DQ_EZERO 15  /* a group of zeros */
+#define DQ_WMAX 16   /* widths 1..16: fitted tables to DQ_MAX_WIDTH, uniform levels above */
 #define DQ_HEADER 4
 #define DQ_VERSION 2
-#define DQ_META_ZERO ((DQ_EZERO << 3) | 0)
+#define DQ_META_ZERO ((DQ_EZERO << 4) | 0)
 #define DQ_MIN_BITS256 352  /* 1.375 bits per value: every group at 1 bit fits */
-#define DQ_MAX_BITS256 2136 /* 8.34375: every group at 8 bits fits */
+#define DQ_MAX_BITS256 4184 /* 16.34375: every group at 16 bits fits */
 #define DQ_DEFAULT_BITS 5.0
 #define DQ_GOLDEN 0x9E3779B9u
 
@@ -210,14 +211,14 @@ static void dq_allocate(const int *e, int ng, int vb, unsigned flags, int *w)
         return;
     }
     if (flags & CODEC_DQ_FIXED_WIDTH) {
-        int b = TDL_MIN(DQ_MAX_WIDTH, vb / (4 * nz));
+        int b = TDL_MIN(DQ_WMAX, vb / (4 * nz));
         for (int g = 0; g < ng; g++)
             w[g] = e[g] == DQ_EZERO ? 0 : b;
         return;
     }
-    /* width at threshold t: clamp((t - e) / 2, 1, 8), t in half bits */
-#define DQ_WIDTH_AT(t, eg) TDL_MAX(1, TDL_MIN(DQ_MAX_WIDTH, ((t) - (eg)) >= 0 ? ((t) - (eg)) / 2 : 0))
-    int lo = 0, hi = 2 * DQ_MAX_WIDTH + DQ_EMAX + 1; /* cost(lo) fits; cost(hi) is the most */
+    /* width at threshold t: clamp((t - e) / 2, 1, 16), t in half bits */
+#define DQ_WIDTH_AT(t, eg) TDL_MAX(1, TDL_MIN(DQ_WMAX, ((t) - (eg)) >= 0 ? ((t) - (eg)) / 2 : 0))
+    int lo = 0, hi = 2 * DQ_WMAX + DQ_EMAX + 1; /* cost(lo) fits; cost(hi) is the most */
     while (hi - lo > 1) {
         int t = (lo + hi) / 2, cost = 0;
         for (int g = 0; g < ng; g++)
@@ -254,6 +255,25 @@ static inline int dq_search(const float *lv, int w, float v)
             hi = mid;
     }
     return lo;
+}
+
+/* Widths above the tables' use 2^w uniform levels: level k is -1 + k * 2 / (2^w - 1). */
+static inline float dq_wide_inv_step(int w)
+{
+    return (float)((1 << w) - 1) * 0.5f;
+}
+
+static inline float dq_wide_level(int w, int k)
+{
+    return -1.0f + (float)k * (2.0f / (float)((1 << w) - 1));
+}
+
+/* Largest k <= 2^w - 2 with level k <= v (up to float rounding at the edges, which only moves
+ * a value to the neighbouring interval's end with probability 0 or 1). */
+static inline int dq_wide_index(int w, float v)
+{
+    int k = (int)((v + 1.0f) * dq_wide_inv_step(w));
+    return TDL_MAX(0, TDL_MIN(k, (1 << w) - 2));
 }
 
 typedef struct dq_enc {
@@ -316,16 +336,23 @@ static int dq_encode_sg(const dq_enc_t *c, const float *x, size_t m, uint64_t a0
         if (e[g] == DQ_EZERO)
             continue;
         int wg = w[g];
-        meta[g] = (unsigned char)(e[g] << 3 | (wg - 1));
+        meta[g] = (unsigned char)(e[g] << 4 | (wg - 1));
         used += wg;
-        const float *lv = c->t.lv[wg], *ig = c->t.ig[wg];
+        const float *lv = wg <= DQ_MAX_WIDTH ? c->t.lv[wg] : NULL;
+        const float *ig = wg <= DQ_MAX_WIDTH ? c->t.ig[wg] : NULL;
         float s = S * dq_half_pow(e[g]), inv = 1.0f / s;
-        uint32_t planes[DQ_MAX_WIDTH] = {0};
+        uint32_t planes[DQ_WMAX] = {0};
         size_t first = (size_t)g * DQ_GROUP, cnt = TDL_MIN((size_t)DQ_GROUP, m - first);
         for (size_t i = 0; i < cnt; i++) {
-            float v = fminf(fmaxf(x[first + i] * inv, -1.0f), 1.0f);
-            int k = dq_search(lv, wg, v);
-            float p = (v - lv[k]) * ig[k];
+            float v = fminf(fmaxf(x[first + i] * inv, -1.0f), 1.0f), p;
+            int k;
+            if (lv) {
+                k = dq_search(lv, wg, v);
+                p = (v - lv[k]) * ig[k];
+            } else {
+                k = dq_wide_index(wg, v);
+                p = (v - dq_wide_level(wg, k)) * dq_wide_inv_step(wg);
+            }
             bool up;
             if (c->stochastic)
                 up = (float)(dq_word(c->rand, a0 + first + i) >> 8) * 0x1.0p-24f < p;
@@ -353,8 +380,8 @@ static size_t dq_check_sg(const unsigned char *p, size_t avail, size_t m)
     int units = p[0], used = 0;
     size_t size = dq_sg_bytes(m, units);
     for (int g = 0; g < ng; g++) {
-        int e = p[3 + g] >> 3, w = (p[3 + g] & 7) + 1;
-        if (e == DQ_EZERO && (p[3 + g] & 7))
+        int e = p[3 + g] >> 4, w = (p[3 + g] & 15) + 1;
+        if (e == DQ_EZERO && (p[3 + g] & 15))
             return 0;
         used += e == DQ_EZERO ? 0 : w;
     }
@@ -376,23 +403,23 @@ static size_t dq_decode_sg(dq_tables_t t, const unsigned char *p, size_t m, floa
     }
     for (int g = 0; g < ng; g++) {
         size_t first = (size_t)g * DQ_GROUP, cnt = TDL_MIN((size_t)DQ_GROUP, m - first);
-        int e = meta[g] >> 3, w = (meta[g] & 7) + 1;
+        int e = meta[g] >> 4, w = (meta[g] & 15) + 1;
         if (e == DQ_EZERO) {
             if (!add)
                 memset(x + first, 0, cnt * sizeof(float));
             continue;
         }
-        uint32_t planes[DQ_MAX_WIDTH];
+        uint32_t planes[DQ_WMAX];
         for (int j = 0; j < w; j++)
             planes[j] = codec_load_le32(val + 4 * j);
         val += 4 * w;
-        const float *lv = t.lv[w];
+        const float *lv = w <= DQ_MAX_WIDTH ? t.lv[w] : NULL;
         float s = S * dq_half_pow(e);
         for (size_t i = 0; i < cnt; i++) {
             uint32_t code = 0;
             for (int j = 0; j < w; j++)
                 code |= ((planes[j] >> i) & 1u) << j;
-            float y = lv[code] * s;
+            float y = (lv ? lv[code] : dq_wide_level(w, (int)code)) * s;
             x[first + i] = add ? x[first + i] + y : y;
         }
     }
@@ -424,7 +451,7 @@ static void dq_split_budget(const float *est, size_t n, size_t budget, unsigned 
             if (est[k] == 0)
                 continue;
             double b = flat ? t : t + log2((double)est[k]);
-            b = b < 1 ? 1 : b > 8 ? 8 : b;
+            b = b < 1 ? 1 : b > DQ_WMAX ? DQ_WMAX : b;
             total += 4 * (size_t)(b * (double)dq_groups(TDL_MIN((size_t)DQ_SUPER, n - k * DQ_SUPER)));
         }
         if (total <= budget)
@@ -434,7 +461,7 @@ static void dq_split_budget(const float *est, size_t n, size_t budget, unsigned 
     }
     for (size_t k = 0; k < nsg; k++) {
         double b = flat ? lo : lo + log2((double)est[k]);
-        b = b < 1 ? 1 : b > 8 ? 8 : b;
+        b = b < 1 ? 1 : b > DQ_WMAX ? DQ_WMAX : b;
         units[k] = est[k] == 0 ? 0
                                : (unsigned char)(b * (double)dq_groups(
                                                          TDL_MIN((size_t)DQ_SUPER, n - k * DQ_SUPER)));
@@ -548,7 +575,7 @@ static tdl_status_t dq_run(const void *cfg, const codec_where_t *w, const float 
                 for (size_t i = 0; i < m; i++)
                     x[i] += local[first + i];
             }
-            int give = units[k] ? TDL_MIN(units[k] + carry, 8 * (int)dq_groups(m)) : 0;
+            int give = units[k] ? TDL_MIN(units[k] + carry, DQ_WMAX * (int)dq_groups(m)) : 0;
             int got = dq_encode_sg(&c, src, m, a + first, give, o);
             carry += units[k] - got;
             o += dq_sg_bytes(m, got);
@@ -565,8 +592,9 @@ static tdl_status_t dq_run(const void *cfg, const codec_where_t *w, const float 
 
 static size_t dq_max_encoded_bytes(const void *cfg, size_t n)
 {
-    size_t full = n / DQ_SUPER * dq_sg_bytes(DQ_SUPER, 8 * DQ_GPS);
-    size_t tail = n % DQ_SUPER ? dq_sg_bytes(n % DQ_SUPER, 8 * (int)dq_groups(n % DQ_SUPER)) : 0;
+    size_t full = n / DQ_SUPER * dq_sg_bytes(DQ_SUPER, DQ_WMAX * DQ_GPS);
+    size_t tail =
+        n % DQ_SUPER ? dq_sg_bytes(n % DQ_SUPER, DQ_WMAX * (int)dq_groups(n % DQ_SUPER)) : 0;
     return TDL_MAX(DQ_HEADER + full + tail, dq_size(n, DQ_MAX_BITS256));
 }
 

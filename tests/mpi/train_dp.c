@@ -71,7 +71,7 @@ int main(int argc, char **argv)
 
     /* Compressed all-reduce: every member still ends with the same bits, and the weights stay
      * close to the exact run's. */
-    static const char *const formats[] = {"bf16", "mxfp8_e4m3", "mxfp4_e2m1", "int8_rht"};
+    static const char *const formats[] = {"bf16", "mxfp8_e4m3", "mxfp4_e2m1", "int8_rht", "dynamiq"};
     for (size_t f = 0; f < sizeof(formats) / sizeof(formats[0]); f++) {
         train_opts_t oc = o;
         oc.allreduce = formats[f];

@@ -1,0 +1,122 @@
+/* The compressed all-reduce through gfc's ring and butterfly: for every codec, every rank ends
+ * with the same bits (the final encodings are forwarded unchanged), and the result is within a
+ * recorded vNMSE, |sum^ - sum|^2 / |sum|^2, of the exact sum, which each rank computes in double
+ * from every rank's vector (each one a pure function of the seed and its rank).
+ *
+ * The thresholds are about 3x the largest vNMSE measured at 2 to 8 ranks when they were set
+ * (tests/mpi/test_codec_allreduce.sh runs 2, 3, 4, 5 and 8 ranks). A NaN in one rank's
+ * vector is reported by the codecs as NaN in its block of the sum, never a finite value. */
+#include "config.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gfc/harness.h"
+#include "train/train.h"
+
+typedef struct fmt {
+    const char *name;
+    bool stochastic;
+    double max_vnmse;
+} fmt_t;
+
+static const fmt_t formats[] = {
+    {"bf16", false, 3e-5},         {"fp16", false, 3e-6},        {"mxfp8_e4m3", false, 2e-2},
+    {"mxfp8_e5m2", false, 6e-2},   {"mxfp6_e3m2", false, 6e-2},  {"mxfp6_e2m3", false, 1e-2},
+    {"mxfp4_e2m1", false, 2e-1},   {"int8", true, 1e-2},         {"int8_rht", true, 1e-2},
+    {"dynamiq", false, 1.5e-2},
+};
+
+/* Rank r's values: heavy-tailed, blocks of 1024 with log-normal scales, a signal shared by the
+ * ranks plus a part of their own. */
+static void fill(float *x, size_t n, uint64_t seed, int rank)
+{
+    tdl_rng_t shared, own;
+    tdl_rng_init(&shared, seed, 1000);
+    tdl_rng_init(&own, seed, (uint64_t)rank);
+    float scale = 1;
+    for (size_t i = 0; i < n; i++) {
+        if (i % 1024 == 0)
+            scale = expf(1.5f * tdl_rng_normal(&shared));
+        float s = tdl_rng_normal(&shared) / (0.2f + fabsf(tdl_rng_normal(&shared)));
+        x[i] = scale * (s + 0.7f * tdl_rng_normal(&own));
+    }
+}
+
+int main(int argc, char **argv)
+{
+    harness_t h;
+    if (harness_init(&h, &argc, &argv, 60000) != TDL_OK)
+        return 1;
+    const size_t n = 40009; /* odd: uneven blocks and a short last super-group */
+    int *ranks = malloc((size_t)h.size * sizeof(int));
+    for (int r = 0; r < h.size; r++)
+        ranks[r] = r;
+    float *x = malloc(n * sizeof(float)), *y = malloc(n * sizeof(float)), *tmp = malloc(n * 4);
+    double *exact = calloc(n, sizeof(double)), norm = 0;
+    for (int r = 0; r < h.size; r++) {
+        fill(tmp, n, h.seed, r);
+        for (size_t i = 0; i < n; i++)
+            exact[i] += tmp[i];
+    }
+    for (size_t i = 0; i < n; i++)
+        norm += exact[i] * exact[i];
+    fill(x, n, h.seed, h.rank);
+    static const gfc_allreduce_algo_t algos[] = {GFC_ALLREDUCE_RING, GFC_ALLREDUCE_BUTTERFLY};
+    for (size_t f = 0; f < TDL_ARRAY_SIZE(formats); f++)
+        for (size_t a = 0; a < TDL_ARRAY_SIZE(algos); a++) {
+            train_codec_t *tc = NULL;
+            harness_expect_status(&h, train_codec_create(formats[f].name, formats[f].stochastic,
+                                                         h.seed + f, &tc),
+                                  TDL_OK, "codec");
+            gfc_group_t g;
+            harness_expect_status(&h, gfc_group_init(&g, h.rt, ranks, h.size, 10 + 2 * f + a),
+                                  TDL_OK, "group");
+            gfc_allreduce_opts_t opts = {.algo = algos[a], .codec = tc ? train_codec_hook(tc) : NULL};
+            double vn = -1;
+            if (tc &&
+                harness_expect_status(&h, gfc_allreduce(&g, x, y, n, GFC_DT_F32, GFC_OP_SUM,
+                                                           &opts),
+                                      TDL_OK, "all-reduce")) {
+                uint64_t mine = harness_hash(y, n * sizeof(float)), all[64];
+                gfc_allgather(&g, &mine, all, 1, GFC_DT_I64);
+                for (int r = 0; r < h.size; r++)
+                    harness_expect(&h, all[r] == mine, "%s: rank %d holds other bits",
+                                   formats[f].name, r);
+                double err = 0;
+                for (size_t i = 0; i < n; i++)
+                    err += ((double)y[i] - exact[i]) * ((double)y[i] - exact[i]);
+                vn = err / norm;
+                harness_expect(&h, vn <= formats[f].max_vnmse, "%s: vNMSE %.3g above %.3g",
+                               formats[f].name, vn, formats[f].max_vnmse);
+            }
+            harness_diag(&h, "%s %s on %d ranks: vNMSE %.3e (%.2f bits per value)",
+                         formats[f].name, gfc_allreduce_algo_name(algos[a]), h.size, vn,
+                         tc ? train_codec_bits_per_coord(tc, n) : 0.0);
+            harness_point(&h, "%d ranks, %s, %s: bit-identical on every rank, vNMSE <= %.2g",
+                          h.size, gfc_allreduce_algo_name(algos[a]), formats[f].name,
+                          formats[f].max_vnmse);
+            train_codec_free(tc);
+        }
+
+    /* a NaN in one rank's gradient: NaN where it lands in the sum, every rank alike */
+    x[12345] = NAN;
+    train_codec_t *tc = NULL;
+    harness_expect_status(&h, train_codec_create("dynamiq", false, h.seed, &tc), TDL_OK, "codec");
+    gfc_group_t g;
+    harness_expect_status(&h, gfc_group_init(&g, h.rt, ranks, h.size, 99), TDL_OK, "group");
+    gfc_allreduce_opts_t opts = {.algo = GFC_ALLREDUCE_RING, .codec = train_codec_hook(tc)};
+    if (harness_expect_status(&h, gfc_allreduce(&g, x, y, n, GFC_DT_F32, GFC_OP_SUM, &opts),
+                              TDL_OK, "all-reduce")) {
+        harness_expect(&h, isnan(y[12345]), "the NaN's coordinate is %g", (double)y[12345]);
+        size_t finite = 0;
+        for (size_t i = 0; i < n; i++)
+            finite += isfinite(y[i]) != 0;
+        harness_expect(&h, finite >= n - 256, "%zu values of %zu finite", finite, n);
+    }
+    harness_point(&h, "%d ranks, dynamiq: a NaN poisons its super-group of the sum only", h.size);
+    train_codec_free(tc);
+    free(ranks), free(x), free(y), free(tmp), free(exact);
+    return harness_finish(&h);
+}
