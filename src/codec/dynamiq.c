@@ -437,13 +437,14 @@ static void dq_split_budget(const float *est, size_t n, size_t budget, unsigned 
     size_t nsg = (n + DQ_SUPER - 1) / DQ_SUPER, fixed = 0;
     for (size_t k = 0; k < nsg; k++)
         fixed += dq_sg_bytes(TDL_MIN((size_t)DQ_SUPER, n - k * DQ_SUPER), 0);
-    double lo = -200, hi = 200;
+    /* lo must fit (every super-group at one bit per value), hi need not */
+    bool flat = flags & CODEC_DQ_EVEN_SPLIT;
+    double lo = 0, hi = DQ_WMAX + 1;
     float emax = 0;
     for (size_t k = 0; k < nsg; k++)
         emax = fmaxf(emax, est[k]);
-    if (emax > 0)
-        lo = -log2((double)emax) - 16, hi = 9 - log2((double)emax) + 150;
-    bool flat = flags & CODEC_DQ_EVEN_SPLIT;
+    if (emax > 0 && !flat)
+        lo = -log2((double)emax) - DQ_WMAX, hi = lo + 2 * DQ_WMAX + 300;
     for (int it = 0; it < 40; it++) {
         double t = 0.5 * (lo + hi);
         size_t total = fixed;
