@@ -96,6 +96,17 @@ static bool dq_stochastic(const void *cfg)
     return !cfg || ((const codec_config_t *)cfg)->round != CODEC_ROUND_NEAREST;
 }
 
+/* fmaxf and clamping without the library call (NaN is caught before these matter). */
+static inline float dq_max(float a, float b)
+{
+    return b > a ? b : a;
+}
+
+static inline float dq_clamp1(float v)
+{
+    return v < -1.0f ? -1.0f : v > 1.0f ? 1.0f : v;
+}
+
 /* 2^(-e/2) */
 static inline float dq_half_pow(int e)
 {
@@ -192,11 +203,6 @@ static dq_rand_t dq_rand_of(const void *cfg, const codec_where_t *w)
     return r;
 }
 
-static inline uint32_t dq_word(dq_rand_t r, uint64_t a)
-{
-    return dq_fmix32((uint32_t)a * DQ_GOLDEN + r.key) + r.offset;
-}
-
 /* ---- one super-group -------------------------------------------------------------------- */
 
 /* Widths for groups with exponents e[0..ng) within vb value bytes (a width-w group takes 4w). */
@@ -243,20 +249,6 @@ static void dq_allocate(const int *e, int ng, int vb, unsigned flags, int *w)
 #undef DQ_WIDTH_AT
 }
 
-/* Largest k in [0, 2^w - 2] with lv[k] <= v. */
-static inline int dq_search(const float *lv, int w, float v)
-{
-    int lo = 0, hi = (1 << w) - 1;
-    while (hi - lo > 1) {
-        int mid = (lo + hi) >> 1;
-        if (lv[mid] <= v)
-            lo = mid;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
 /* Widths above the tables' use 2^w uniform levels: level k is -1 + k * 2 / (2^w - 1). */
 static inline float dq_wide_inv_step(int w)
 {
@@ -268,20 +260,100 @@ static inline float dq_wide_level(int w, int k)
     return -1.0f + (float)k * (2.0f / (float)((1 << w) - 1));
 }
 
-/* Largest k <= 2^w - 2 with level k <= v (up to float rounding at the edges, which only moves
- * a value to the neighbouring interval's end with probability 0 or 1). */
-static inline int dq_wide_index(int w, float v)
-{
-    int k = (int)((v + 1.0f) * dq_wide_inv_step(w));
-    return TDL_MAX(0, TDL_MIN(k, (1 << w) - 2));
-}
-
 typedef struct dq_enc {
     dq_tables_t t;
     unsigned flags;
     bool stochastic;
     dq_rand_t rand;
 } dq_enc_t;
+
+/* The hot loops, written lane by lane over the 32 values of a group so the compiler vectorizes
+ * them (gathers for the table look-ups where AVX2 has them); every lane computes exactly what
+ * the scalar expression would, so all clones give the same bytes. */
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#define DQ_CLONES __attribute__((target_clones("avx2", "default"), optimize("O3")))
+#else
+#define DQ_CLONES
+#endif
+
+/* Level indices of cnt <= 32 values x scaled by inv, at width w, as w bit planes. */
+DQ_CLONES static void dq_quantize_group(const dq_enc_t *c, const float *x, int cnt, float inv,
+                                        int w, uint64_t a, uint32_t *planes)
+{
+    float v[DQ_GROUP], p[DQ_GROUP];
+    int32_t k[DQ_GROUP];
+    uint32_t code[DQ_GROUP];
+    for (int i = 0; i < DQ_GROUP; i++)
+        v[i] = dq_clamp1((i < cnt ? x[i] : 0.0f) * inv);
+    int top = (1 << w) - 1;
+    if (w <= DQ_MAX_WIDTH) {
+        const float *lv = c->t.lv[w], *ig = c->t.ig[w];
+        for (int i = 0; i < DQ_GROUP; i++)
+            k[i] = 0;
+        /* branch-free binary search: the largest k with lv[k] <= v */
+        for (int step = 1 << (w - 1); step; step >>= 1)
+            for (int i = 0; i < DQ_GROUP; i++)
+                k[i] += lv[k[i] + step] <= v[i] ? step : 0;
+        for (int i = 0; i < DQ_GROUP; i++) {
+            k[i] = k[i] < top - 1 ? k[i] : top - 1;
+            p[i] = (v[i] - lv[k[i]]) * ig[k[i]];
+        }
+    } else {
+        float is = dq_wide_inv_step(w), st = 2.0f / (float)top;
+        for (int i = 0; i < DQ_GROUP; i++) {
+            int32_t q = (int32_t)((v[i] + 1.0f) * is);
+            q = q < 0 ? 0 : q > top - 1 ? top - 1 : q;
+            k[i] = q;
+            p[i] = (v[i] - (-1.0f + (float)q * st)) * is;
+        }
+    }
+    if (c->stochastic) {
+        uint32_t key = c->rand.key, off = c->rand.offset, a32 = (uint32_t)a;
+        for (int i = 0; i < DQ_GROUP; i++) {
+            uint32_t r = dq_fmix32((a32 + (uint32_t)i) * DQ_GOLDEN + key) + off;
+            code[i] = (uint32_t)k[i] + ((float)(r >> 8) * 0x1.0p-24f < p[i]);
+        }
+    } else {
+        for (int i = 0; i < DQ_GROUP; i++)
+            code[i] = (uint32_t)k[i] + (p[i] > 0.5f);
+    }
+    for (int i = 0; i < DQ_GROUP; i++)
+        code[i] = i < cnt ? code[i] : 0;
+    for (int j = 0; j < w; j++) {
+        uint32_t plane = 0;
+        for (int i = 0; i < DQ_GROUP; i++)
+            plane |= ((code[i] >> j) & 1u) << i;
+        planes[j] = plane;
+    }
+}
+
+/* The values of cnt <= 32 codes held in w bit planes, times s, into x (add: x +=). */
+DQ_CLONES static void dq_dequantize_group(dq_tables_t t, const uint32_t *planes, int w, float s,
+                                          int cnt, float *x, bool add)
+{
+    uint32_t code[DQ_GROUP];
+    float y[DQ_GROUP];
+    for (int i = 0; i < DQ_GROUP; i++)
+        code[i] = 0;
+    for (int j = 0; j < w; j++)
+        for (int i = 0; i < DQ_GROUP; i++)
+            code[i] |= ((planes[j] >> i) & 1u) << j;
+    if (w <= DQ_MAX_WIDTH) {
+        const float *lv = t.lv[w];
+        for (int i = 0; i < DQ_GROUP; i++)
+            y[i] = lv[code[i]] * s;
+    } else {
+        float st = 2.0f / (float)((1 << w) - 1);
+        for (int i = 0; i < DQ_GROUP; i++)
+            y[i] = (-1.0f + (float)code[i] * st) * s;
+    }
+    if (add)
+        for (int i = 0; i < cnt; i++)
+            x[i] += y[i];
+    else
+        for (int i = 0; i < cnt; i++)
+            x[i] = y[i];
+}
 
 /* Encodes m <= 256 values x (absolute index a0 of x[0]) at o, within `units` value units (4
  * bytes each: one bit per value of a group). Answers the units used. */
@@ -294,7 +366,7 @@ static int dq_encode_sg(const dq_enc_t *c, const float *x, size_t m, uint64_t a0
     for (size_t i = 0; i < m; i++) {
         float ax = fabsf(x[i]);
         bad |= !(ax <= FLT_MAX);
-        gmax[i / DQ_GROUP] = fmaxf(gmax[i / DQ_GROUP], ax);
+        gmax[i / DQ_GROUP] = dq_max(gmax[i / DQ_GROUP], ax);
     }
     unsigned char *meta = o + 3, *val = o + 3 + ng;
     o[0] = 0;
@@ -305,7 +377,7 @@ static int dq_encode_sg(const dq_enc_t *c, const float *x, size_t m, uint64_t a0
     }
     float smax = 0;
     for (int g = 0; g < ng; g++)
-        smax = fmaxf(smax, gmax[g]);
+        smax = dq_max(smax, gmax[g]);
     uint32_t u = codec_f32_bits(smax);
     u = (u >> 16) + ((u & 0xffffu) != 0);
     if (u >= 0x7f80u)
@@ -338,30 +410,10 @@ static int dq_encode_sg(const dq_enc_t *c, const float *x, size_t m, uint64_t a0
         int wg = w[g];
         meta[g] = (unsigned char)(e[g] << 4 | (wg - 1));
         used += wg;
-        const float *lv = wg <= DQ_MAX_WIDTH ? c->t.lv[wg] : NULL;
-        const float *ig = wg <= DQ_MAX_WIDTH ? c->t.ig[wg] : NULL;
-        float s = S * dq_half_pow(e[g]), inv = 1.0f / s;
-        uint32_t planes[DQ_WMAX] = {0};
+        float s = S * dq_half_pow(e[g]);
+        uint32_t planes[DQ_WMAX];
         size_t first = (size_t)g * DQ_GROUP, cnt = TDL_MIN((size_t)DQ_GROUP, m - first);
-        for (size_t i = 0; i < cnt; i++) {
-            float v = fminf(fmaxf(x[first + i] * inv, -1.0f), 1.0f), p;
-            int k;
-            if (lv) {
-                k = dq_search(lv, wg, v);
-                p = (v - lv[k]) * ig[k];
-            } else {
-                k = dq_wide_index(wg, v);
-                p = (v - dq_wide_level(wg, k)) * dq_wide_inv_step(wg);
-            }
-            bool up;
-            if (c->stochastic)
-                up = (float)(dq_word(c->rand, a0 + first + i) >> 8) * 0x1.0p-24f < p;
-            else
-                up = p > 0.5f;
-            uint32_t code = (uint32_t)k + up;
-            for (int j = 0; j < wg; j++)
-                planes[j] |= ((code >> j) & 1u) << i;
-        }
+        dq_quantize_group(c, x + first, (int)cnt, 1.0f / s, wg, a0 + first, planes);
         for (int j = 0; j < wg; j++)
             codec_store_le32(val + 4 * j, planes[j]);
         val += 4 * wg;
@@ -413,15 +465,7 @@ static size_t dq_decode_sg(dq_tables_t t, const unsigned char *p, size_t m, floa
         for (int j = 0; j < w; j++)
             planes[j] = codec_load_le32(val + 4 * j);
         val += 4 * w;
-        const float *lv = w <= DQ_MAX_WIDTH ? t.lv[w] : NULL;
-        float s = S * dq_half_pow(e);
-        for (size_t i = 0; i < cnt; i++) {
-            uint32_t code = 0;
-            for (int j = 0; j < w; j++)
-                code |= ((planes[j] >> i) & 1u) << j;
-            float y = (lv ? lv[code] : dq_wide_level(w, (int)code)) * s;
-            x[first + i] = add ? x[first + i] + y : y;
-        }
+        dq_dequantize_group(t, planes, w, S * dq_half_pow(e), (int)cnt, x + first, add);
     }
     return size;
 }
@@ -429,9 +473,10 @@ static size_t dq_decode_sg(dq_tables_t t, const unsigned char *p, size_t m, floa
 /* ---- the budget across super-groups ------------------------------------------------------ */
 
 /* Value units for each super-group from an estimate of its largest magnitude: reverse
- * water-filling, bits per value t + log2(est) clamped to [1, 8], for the largest t whose total
- * fits `budget` bytes (super-group overheads included). Zero estimates get no units. */
-static void dq_split_budget(const float *est, size_t n, size_t budget, unsigned flags,
+ * water-filling, bits per value t + log2(est) clamped to [1, 16], for the largest t whose total
+ * fits `budget` bytes (super-group overheads included). Zero estimates get no units. est is
+ * overwritten. */
+static void dq_split_budget(float *est, size_t n, size_t budget, unsigned flags,
                             unsigned char *units)
 {
     size_t nsg = (n + DQ_SUPER - 1) / DQ_SUPER, fixed = 0;
@@ -441,19 +486,22 @@ static void dq_split_budget(const float *est, size_t n, size_t budget, unsigned 
     bool flat = flags & CODEC_DQ_EVEN_SPLIT;
     double lo = 0, hi = DQ_WMAX + 1;
     float emax = 0;
-    for (size_t k = 0; k < nsg; k++)
-        emax = fmaxf(emax, est[k]);
+    for (size_t k = 0; k < nsg; k++) {
+        emax = dq_max(emax, est[k]);
+        /* from here on est holds log2 of the estimate (or -inf for zero super-groups) */
+        est[k] = est[k] > 0 ? (flat ? 0.0f : log2f(est[k])) : -INFINITY;
+    }
     if (emax > 0 && !flat)
         lo = -log2((double)emax) - DQ_WMAX, hi = lo + 2 * DQ_WMAX + 300;
+    size_t last_m = n - (nsg - 1) * DQ_SUPER;
     for (int it = 0; it < 40; it++) {
         double t = 0.5 * (lo + hi);
         size_t total = fixed;
         for (size_t k = 0; k < nsg; k++) {
-            if (est[k] == 0)
-                continue;
-            double b = flat ? t : t + log2((double)est[k]);
+            double b = t + est[k];
             b = b < 1 ? 1 : b > DQ_WMAX ? DQ_WMAX : b;
-            total += 4 * (size_t)(b * (double)dq_groups(TDL_MIN((size_t)DQ_SUPER, n - k * DQ_SUPER)));
+            size_t ng = k + 1 < nsg ? DQ_GPS : dq_groups(last_m);
+            total += est[k] == -INFINITY ? 0 : 4 * (size_t)(b * (double)ng);
         }
         if (total <= budget)
             lo = t;
@@ -461,11 +509,10 @@ static void dq_split_budget(const float *est, size_t n, size_t budget, unsigned 
             hi = t;
     }
     for (size_t k = 0; k < nsg; k++) {
-        double b = flat ? lo : lo + log2((double)est[k]);
+        double b = lo + est[k];
         b = b < 1 ? 1 : b > DQ_WMAX ? DQ_WMAX : b;
-        units[k] = est[k] == 0 ? 0
-                               : (unsigned char)(b * (double)dq_groups(
-                                                         TDL_MIN((size_t)DQ_SUPER, n - k * DQ_SUPER)));
+        size_t ng = k + 1 < nsg ? DQ_GPS : dq_groups(last_m);
+        units[k] = est[k] == -INFINITY ? 0 : (unsigned char)(b * (double)ng);
     }
 }
 
@@ -554,7 +601,7 @@ static tdl_status_t dq_run(const void *cfg, const codec_where_t *w, const float 
         for (size_t i = 0; i < m; i++) {
             float ax = fabsf(v[i]);
             bad |= !(ax <= FLT_MAX);
-            mx = fmaxf(mx, ax);
+            mx = dq_max(mx, ax);
         }
         est[k] = bad ? 0.0f : mx;
     }
