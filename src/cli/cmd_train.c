@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "cli/cli.h"
+#include "codec/codec.h"
 #include "gfc/gfc.h"
 #include "mpi/bootstrap.h"
 #include "train/train.h"
@@ -36,6 +37,16 @@ static const tdl_param_def_t train_params[] = {
      "int8|int8_rht|dynamiq",
      1,
      0},
+    {"allreduce-round", TDL_PARAM_ENUM, "default",
+     "rounding of the compressed all-reduce: the format's own (dynamiq: correlated stochastic; "
+     "the others: nearest), or forced",
+     "default|nearest|stochastic", 1, 0},
+    {"allreduce-bits", TDL_PARAM_DOUBLE, "5",
+     "dynamiq's average bits per gradient value on the wire, metadata included", NULL, 1.375,
+     16.3},
+    {"allreduce-ef", TDL_PARAM_BOOL, "false",
+     "error feedback: each rank adds the errors of its own encodings to its next gradient", NULL,
+     0, 0},
     {"dump-grads", TDL_PARAM_STRING, NULL,
      "directory where each rank writes its own gradient (grads-<step>-rank<r>.h5, under the "
      "PyTorch names) every --dump-grads-every steps, for the codec benchmarks",
@@ -119,9 +130,15 @@ static int train_run(tdl_params_t *params, int npos, char **pos)
         .warmup = tdl_param_int(params, "warmup"),
         .seed = (uint64_t)tdl_param_int(params, "seed"),
         .allreduce = tdl_param_str(params, "allreduce"),
+        .allreduce_bits = tdl_param_double(params, "allreduce-bits"),
+        .allreduce_ef = tdl_param_bool(params, "allreduce-ef"),
         .dump_grads = tdl_param_str(params, "dump-grads"),
         .dump_every = tdl_param_int(params, "dump-grads-every"),
     };
+    codec_round_t round = CODEC_ROUND_DEFAULT;
+    if (codec_round_parse(tdl_param_str(params, "allreduce-round"), &round) != TDL_OK)
+        return cli_usage_error("--allreduce-round: %s", tdl_error_get());
+    o.allreduce_round = (int)round;
     const char *out_dir = tdl_param_str(params, "out");
     int log_every = (int)tdl_param_int(params, "log-every");
     int64_t val_every = tdl_param_int(params, "val-every");

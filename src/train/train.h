@@ -127,6 +127,9 @@ typedef struct train_opts {
     int64_t warmup;
     uint64_t seed;
     const char *allreduce;  /* gradient codec: "f32" (exact, no codec), "bf16", "mxfp8_e4m3", ... */
+    int allreduce_round;    /* codec_round_t: 0 the format's own, 1 nearest, 2 stochastic */
+    double allreduce_bits;  /* dynamiq's bits per value (0: its default, 5) */
+    bool allreduce_ef;      /* error feedback: each rank re-adds its own encoding errors */
     const char *dump_grads; /* directory for grads-<step>-rank<r>.h5 (NULL: none) */
     int64_t dump_every;     /* steps between gradient dumps */
 } train_opts_t;
@@ -200,6 +203,13 @@ tdl_status_t train_codec_create(const char *name, bool stochastic, uint64_t seed
 tdl_status_t train_codec_create_config(const char *name, const void *config, uint64_t seed,
                                        train_codec_t **out);
 const gfc_codec_t *train_codec_hook(const train_codec_t *codec);
+/* Error feedback over a vector of n values: from now on every encoding this rank makes adds its
+ * error (input minus what the encoding decodes to) to a residual at the values' offset. */
+tdl_status_t train_codec_error_feedback(train_codec_t *codec, size_t n);
+/* grads += residual, then residual = 0 (no-op without error feedback). */
+void train_codec_apply_residual(train_codec_t *codec, float *grads, size_t n);
+/* The residual (NULL without error feedback), for checkpoints. */
+float *train_codec_residual(train_codec_t *codec, size_t *n_out);
 double train_codec_bits_per_coord(const train_codec_t *codec, size_t n);
 void train_codec_free(train_codec_t *codec);
 

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codec/codec.h"
 #include "dit/dit.h"
 #include "gfc/gfc.h"
 #include "train/train.h"
@@ -85,9 +86,12 @@ tdl_status_t train_trainer_create_with_data(const train_opts_t *o, train_dataset
     }
     tr->opts = *o;
     tr->data = data;
-    if (o->allreduce && strcmp(o->allreduce, "f32") != 0 &&
-        (st = train_codec_create(o->allreduce, false, o->seed, &tr->codec)) != TDL_OK)
-        goto err;
+    if (o->allreduce && strcmp(o->allreduce, "f32") != 0) {
+        codec_config_t cc = {.round = (codec_round_t)o->allreduce_round,
+                             .bits = o->allreduce_bits};
+        if ((st = train_codec_create_config(o->allreduce, &cc, o->seed, &tr->codec)) != TDL_OK)
+            goto err;
+    }
     if (train_dataset_channels(tr->data) != cfg.in_channels ||
         train_dataset_num_classes(tr->data) > cfg.num_classes) {
         st = tdl_error_raise(TDL_ERR_MISMATCH,
@@ -104,6 +108,8 @@ tdl_status_t train_trainer_create_with_data(const train_opts_t *o, train_dataset
         goto err;
     dit_model_init_weights(tr->model, o->seed);
     size_t np = tr->model->num_params;
+    if (tr->codec && o->allreduce_ef && (st = train_codec_error_feedback(tr->codec, np)) != TDL_OK)
+        goto err;
     tr->ema = tensor_alloc(np);
     if (!tr->ema) {
         st = tdl_error_raise(TDL_ERR_NOMEM, "trainer: no memory for EMA weights");
@@ -264,6 +270,7 @@ tdl_status_t train_trainer_step(train_trainer_t *tr, gfc_group_t *group, double 
                 *skipped_out = true;
             return TDL_OK;
         }
+        train_codec_apply_residual(tr->codec, m->grads, m->num_params);
         gfc_allreduce_opts_t ar = {.algo = GFC_ALLREDUCE_AUTO,
                                    .codec = tr->codec ? train_codec_hook(tr->codec) : NULL};
         if ((st = gfc_allreduce(group, m->grads, m->grads, m->num_params, GFC_DT_F32, GFC_OP_SUM,
