@@ -9,22 +9,27 @@
  * the index of one of 2^w non-uniform levels in [-1, 1] (dynamiq_levels.h, fitted by
  * dynamiq_levels.py) between which x / s lies, rounded stochastically (unbiased) or to nearest.
  *
- * Widths: a super-group has a fixed byte budget; groups get widths by reverse water-filling on
- * their scales (the expected error of a group is about s^2 4^-w, so w = t + log2 s for the
- * largest t the budget allows, the remainder going to the largest groups), so large groups get
- * the bits. The budget itself depends on the hop: partial-sum awareness (dq_hop_bits).
+ * Widths, at two levels by reverse water-filling (the expected error of a block of scale s at w
+ * bits is about s^2 4^-w, so w = t + log2 s for the largest t the budget allows): the encoding's
+ * budget is split among super-groups by their largest magnitudes (super-group statistics; for
+ * the fused pass, of the sum), and a super-group's share among its groups by their exponents,
+ * the remainder going to the largest groups. The encoding's budget itself depends on the hop:
+ * partial-sum awareness (dq_hop_bits).
  *
  * Correlated rounding: the random word of value i is U(collective, i) + o * 0x9E3779B9, where U
  * is shared by every rank and o numbers (hop, rank): each rounding is uniform on its own, so
  * unbiased, but the roundings of one coordinate at different ranks and hops are stratified
  * (golden-ratio offsets), so their errors partly cancel in the sum.
  *
- * Layout (little-endian): header [u8 version 1][u8 levels: 0 fitted, 1 uniform][u16 bytes per
- * full super-group], then per super-group [bf16 S][u8 meta per group: e << 4 | (w - 1), 0xf0 for
- * zeros][values: per group, w bit planes of one u32 each (bit i of plane j is bit j of value i's
- * level index), groups one after the other][zero padding to the super-group's size]. A short
- * last super-group has ceil(m / 32) groups and a budget scaled to them; a short last group is
- * padded with zero codes. A super-group holding NaN or Inf stores S = NaN and decodes to NaN. */
+ * Layout (little-endian): header [u8 version 3][u8 levels: 0 fitted, 1 uniform][u16 budget in
+ * 1/256 bits per value], the units table [u8 per super-group: its value units, 4 bytes each],
+ * then per super-group [bf16 S][u8 meta per group: e << 4 | (w - 1), 0xf0 for zeros][values:
+ * per group, w bit planes of one u32 each (bit i of plane j is bit j of value i's level index),
+ * groups one after the other, zeros after the last], then zeros up to the budget's size. A
+ * short last super-group has ceil(m / 32) groups; a short last group is padded with zero codes.
+ * A super-group holding NaN or Inf stores S = NaN and decodes to NaN. The table puts every
+ * super-group at a known offset before any is decoded, so a GPU encodes and decodes them all
+ * at once (cuda/dynamiq.cu). */
 #include "config.h"
 
 #include <float.h>
@@ -44,7 +49,7 @@
 #define DQ_EZERO 15  /* a group of zeros */
 #define DQ_WMAX 16   /* widths 1..16: fitted tables to DQ_MAX_WIDTH, uniform levels above */
 #define DQ_HEADER 4
-#define DQ_VERSION 2
+#define DQ_VERSION 3
 #define DQ_META_ZERO ((DQ_EZERO << 4) | 0)
 #define DQ_MIN_BITS256 352  /* 1.375 bits per value: every group at 1 bit fits */
 #define DQ_MAX_BITS256 4184 /* 16.34375: every group at 16 bits fits */
@@ -143,7 +148,8 @@ static double dq_hop_bits(const void *cfg, const codec_where_t *w)
     return b - mean + dq_hop_offset(c, p);
 }
 
-/* A super-group of m values: [u8 value units][bf16 S][meta per group][4 * units value bytes]. */
+/* A super-group of m values: [bf16 S][meta per group][4 * units value bytes]; its units are in
+ * the table after the header. */
 static size_t dq_groups(size_t m)
 {
     return (m + DQ_GROUP - 1) / DQ_GROUP;
@@ -151,7 +157,12 @@ static size_t dq_groups(size_t m)
 
 static size_t dq_sg_bytes(size_t m, int units)
 {
-    return 3 + dq_groups(m) + 4 * (size_t)units;
+    return 2 + dq_groups(m) + 4 * (size_t)units;
+}
+
+static size_t dq_nsg(size_t n)
+{
+    return (n + DQ_SUPER - 1) / DQ_SUPER;
 }
 
 /* Budget in 1/256 bits per value as the header stores it. */
@@ -166,7 +177,7 @@ static int dq_bits_code(double bits)
 static size_t dq_size(size_t n, int code)
 {
     size_t want = (n * (size_t)code + 2047) / 2048;
-    size_t least = n / DQ_SUPER * dq_sg_bytes(DQ_SUPER, DQ_GPS) +
+    size_t least = dq_nsg(n) + n / DQ_SUPER * dq_sg_bytes(DQ_SUPER, DQ_GPS) +
                    (n % DQ_SUPER ? dq_sg_bytes(n % DQ_SUPER, (int)dq_groups(n % DQ_SUPER)) : 0);
     return DQ_HEADER + TDL_MAX(want, least);
 }
@@ -356,9 +367,9 @@ DQ_CLONES static void dq_dequantize_group(dq_tables_t t, const uint32_t *planes,
 }
 
 /* Encodes m <= 256 values x (absolute index a0 of x[0]) at o, within `units` value units (4
- * bytes each: one bit per value of a group). Answers the units used. */
-static int dq_encode_sg(const dq_enc_t *c, const float *x, size_t m, uint64_t a0, int units,
-                        unsigned char *o)
+ * bytes each: one bit per value of a group); o is zeroed. */
+static void dq_encode_sg(const dq_enc_t *c, const float *x, size_t m, uint64_t a0, int units,
+                         unsigned char *o)
 {
     int ng = (int)dq_groups(m);
     float gmax[DQ_GPS] = {0};
@@ -368,12 +379,11 @@ static int dq_encode_sg(const dq_enc_t *c, const float *x, size_t m, uint64_t a0
         bad |= !(ax <= FLT_MAX);
         gmax[i / DQ_GROUP] = dq_max(gmax[i / DQ_GROUP], ax);
     }
-    unsigned char *meta = o + 3, *val = o + 3 + ng;
-    o[0] = 0;
+    unsigned char *meta = o + 2, *val = o + 2 + ng;
     memset(meta, DQ_META_ZERO, (size_t)ng);
     if (bad) {
-        codec_store_le16(o + 1, 0x7fc0);
-        return 0;
+        codec_store_le16(o, 0x7fc0);
+        return;
     }
     float smax = 0;
     for (int g = 0; g < ng; g++)
@@ -382,7 +392,7 @@ static int dq_encode_sg(const dq_enc_t *c, const float *x, size_t m, uint64_t a0
     u = (u >> 16) + ((u & 0xffffu) != 0);
     if (u >= 0x7f80u)
         u = 0x7f7fu; /* the largest finite bf16 */
-    codec_store_le16(o + 1, (uint16_t)u);
+    codec_store_le16(o, (uint16_t)u);
     float S = codec_bits_f32(u << 16);
     int e[DQ_GPS], w[DQ_GPS];
     for (int g = 0; g < ng; g++) {
@@ -403,13 +413,11 @@ static int dq_encode_sg(const dq_enc_t *c, const float *x, size_t m, uint64_t a0
         }
     }
     dq_allocate(e, ng, 4 * units, c->flags, w);
-    int used = 0;
     for (int g = 0; g < ng; g++) {
         if (e[g] == DQ_EZERO)
             continue;
         int wg = w[g];
         meta[g] = (unsigned char)(e[g] << 4 | (wg - 1));
-        used += wg;
         float s = S * dq_half_pow(e[g]);
         uint32_t planes[DQ_WMAX];
         size_t first = (size_t)g * DQ_GROUP, cnt = TDL_MIN((size_t)DQ_GROUP, m - first);
@@ -418,40 +426,38 @@ static int dq_encode_sg(const dq_enc_t *c, const float *x, size_t m, uint64_t a0
             codec_store_le32(val + 4 * j, planes[j]);
         val += 4 * wg;
     }
-    o[0] = (unsigned char)used;
-    return used;
 }
 
-/* The size of the super-group of m values at p, which has `avail` bytes left to it, or 0 if
- * its metadata is impossible. */
-static size_t dq_check_sg(const unsigned char *p, size_t avail, size_t m)
+/* Whether the super-group of m values at p, given `units`, is possible: widths within its units,
+ * no width on a group of zeros, zeros in the value bytes its groups left unused. */
+static bool dq_check_sg(const unsigned char *p, size_t m, int units)
 {
-    int ng = (int)dq_groups(m);
-    if (avail < (size_t)3 + ng)
-        return 0;
-    int units = p[0], used = 0;
-    size_t size = dq_sg_bytes(m, units);
+    int ng = (int)dq_groups(m), used = 0;
     for (int g = 0; g < ng; g++) {
-        int e = p[3 + g] >> 4, w = (p[3 + g] & 15) + 1;
-        if (e == DQ_EZERO && (p[3 + g] & 15))
-            return 0;
+        int e = p[2 + g] >> 4, w = (p[2 + g] & 15) + 1;
+        if (e == DQ_EZERO && (p[2 + g] & 15))
+            return false;
         used += e == DQ_EZERO ? 0 : w;
     }
-    return used == units && size <= avail ? size : 0;
+    if (used > units)
+        return false;
+    const unsigned char *pad = p + dq_sg_bytes(m, used), *end = p + dq_sg_bytes(m, units);
+    while (pad < end) /* what the groups left of the units stays zero */
+        if (*pad++)
+            return false;
+    return true;
 }
 
-/* Decodes the super-group of m values at p (checked by dq_check_sg) into x (add: x +=).
- * Answers its size. */
-static size_t dq_decode_sg(dq_tables_t t, const unsigned char *p, size_t m, float *x, bool add)
+/* Decodes the super-group of m values at p (checked) into x (add: x +=). */
+static void dq_decode_sg(dq_tables_t t, const unsigned char *p, size_t m, float *x, bool add)
 {
     int ng = (int)dq_groups(m);
-    size_t size = dq_sg_bytes(m, p[0]);
-    const unsigned char *meta = p + 3, *val = p + 3 + ng;
-    float S = codec_bits_f32((uint32_t)codec_load_le16(p + 1) << 16);
+    const unsigned char *meta = p + 2, *val = p + 2 + ng;
+    float S = codec_bits_f32((uint32_t)codec_load_le16(p) << 16);
     if (isnan(S)) {
         for (size_t i = 0; i < m; i++)
             x[i] = add ? x[i] + NAN : NAN;
-        return size;
+        return;
     }
     for (int g = 0; g < ng; g++) {
         size_t first = (size_t)g * DQ_GROUP, cnt = TDL_MIN((size_t)DQ_GROUP, m - first);
@@ -467,41 +473,47 @@ static size_t dq_decode_sg(dq_tables_t t, const unsigned char *p, size_t m, floa
         val += 4 * w;
         dq_dequantize_group(t, planes, w, S * dq_half_pow(e), (int)cnt, x + first, add);
     }
-    return size;
 }
 
 /* ---- the budget across super-groups ------------------------------------------------------ */
 
-/* Value units for each super-group from an estimate of its largest magnitude: reverse
- * water-filling, bits per value t + log2(est) clamped to [1, 16], for the largest t whose total
- * fits `budget` bytes (super-group overheads included). Zero estimates get no units. est is
- * overwritten. */
+/* log2(x) for x > 0 to within 0.09, from the float's bits alone: the same on every machine
+ * (and on the GPU), unlike a libm call. */
+static inline float dq_log2_bits(float x)
+{
+    return (float)((int32_t)codec_f32_bits(x) - 0x3f800000) * 0x1.0p-23f;
+}
+
+/* Value units for each super-group from its largest magnitude: reverse water-filling, bits per
+ * value t + log2(est) clamped to [1, 16], for the largest t whose total fits `budget` bytes
+ * (the units table and super-group overheads included). Zero estimates get no units. est is
+ * overwritten with the logarithms. */
 static void dq_split_budget(float *est, size_t n, size_t budget, unsigned flags,
                             unsigned char *units)
 {
-    size_t nsg = (n + DQ_SUPER - 1) / DQ_SUPER, fixed = 0;
+    size_t nsg = dq_nsg(n), fixed = nsg;
     for (size_t k = 0; k < nsg; k++)
         fixed += dq_sg_bytes(TDL_MIN((size_t)DQ_SUPER, n - k * DQ_SUPER), 0);
     /* lo must fit (every super-group at one bit per value), hi need not */
     bool flat = flags & CODEC_DQ_EVEN_SPLIT;
-    double lo = 0, hi = DQ_WMAX + 1;
-    float emax = 0;
+    float lmax = -INFINITY;
     for (size_t k = 0; k < nsg; k++) {
-        emax = dq_max(emax, est[k]);
-        /* from here on est holds log2 of the estimate (or -inf for zero super-groups) */
-        est[k] = est[k] > 0 ? (flat ? 0.0f : log2f(est[k])) : -INFINITY;
+        est[k] = est[k] > 0 ? (flat ? 0.0f : dq_log2_bits(est[k])) : -INFINITY;
+        lmax = dq_max(lmax, est[k]);
     }
-    if (emax > 0 && !flat)
-        lo = -log2((double)emax) - DQ_WMAX, hi = lo + 2 * DQ_WMAX + 300;
-    size_t last_m = n - (nsg - 1) * DQ_SUPER;
+    double lo = 0, hi = DQ_WMAX + 1;
+    if (lmax > -INFINITY)
+        lo = -(double)lmax - DQ_WMAX, hi = lo + 2 * DQ_WMAX + 2;
+    size_t last_ng = dq_groups(n - (nsg - 1) * DQ_SUPER);
     for (int it = 0; it < 40; it++) {
         double t = 0.5 * (lo + hi);
         size_t total = fixed;
         for (size_t k = 0; k < nsg; k++) {
-            double b = t + est[k];
+            if (est[k] == -INFINITY)
+                continue;
+            double b = t + (double)est[k];
             b = b < 1 ? 1 : b > DQ_WMAX ? DQ_WMAX : b;
-            size_t ng = k + 1 < nsg ? DQ_GPS : dq_groups(last_m);
-            total += est[k] == -INFINITY ? 0 : 4 * (size_t)(b * (double)ng);
+            total += 4 * (size_t)(b * (double)(k + 1 < nsg ? DQ_GPS : last_ng));
         }
         if (total <= budget)
             lo = t;
@@ -509,21 +521,31 @@ static void dq_split_budget(float *est, size_t n, size_t budget, unsigned flags,
             hi = t;
     }
     for (size_t k = 0; k < nsg; k++) {
-        double b = lo + est[k];
+        double b = lo + (double)est[k];
         b = b < 1 ? 1 : b > DQ_WMAX ? DQ_WMAX : b;
-        size_t ng = k + 1 < nsg ? DQ_GPS : dq_groups(last_m);
-        units[k] = est[k] == -INFINITY ? 0 : (unsigned char)(b * (double)ng);
+        units[k] = est[k] == -INFINITY
+                       ? 0
+                       : (unsigned char)(b * (double)(k + 1 < nsg ? DQ_GPS : last_ng));
     }
 }
 
 /* ---- the operations --------------------------------------------------------------------- */
 
 typedef struct dq_in {
-    const unsigned char *p; /* first super-group */
-    size_t bytes;           /* from there to the end */
+    const unsigned char *units; /* the units table */
+    const unsigned char *p;     /* first super-group */
     dq_tables_t t;
 } dq_in_t;
 
+static tdl_status_t dq_corrupt(size_t sg)
+{
+    return tdl_error_raise(TDL_ERR_CORRUPT,
+                           "codec dynamiq: super-group %zu has impossible metadata (widths "
+                           "beyond its units or the data's end, or a zero group with a width)",
+                           sg);
+}
+
+/* Checks the header, the size and every super-group's metadata before anything is written. */
 static tdl_status_t dq_open(const void *in, size_t in_bytes, size_t n, dq_in_t *d)
 {
     const unsigned char *p = in;
@@ -541,16 +563,20 @@ static tdl_status_t dq_open(const void *in, size_t in_bytes, size_t n, dq_in_t *
     tdl_status_t st = codec_check_size("dynamiq", in_bytes, dq_size(n, code), n);
     if (st != TDL_OK)
         return st;
-    *d = (dq_in_t){.p = p + DQ_HEADER, .bytes = in_bytes - DQ_HEADER, .t = dq_tables(p[1])};
+    size_t nsg = dq_nsg(n), avail = in_bytes - DQ_HEADER - nsg;
+    const unsigned char *units = p + DQ_HEADER, *q = units + nsg;
+    for (size_t k = 0; k < nsg; k++) {
+        size_t m = TDL_MIN((size_t)DQ_SUPER, n - k * DQ_SUPER), size = dq_sg_bytes(m, units[k]);
+        if (units[k] > DQ_WMAX * dq_groups(m) || size > avail || !dq_check_sg(q, m, units[k]))
+            return dq_corrupt(k);
+        avail -= size;
+        q += size;
+    }
+    while (avail--) /* the padding after the last super-group */
+        if (*q++)
+            return dq_corrupt(nsg);
+    *d = (dq_in_t){.units = units, .p = units + nsg, .t = dq_tables(p[1])};
     return TDL_OK;
-}
-
-static tdl_status_t dq_corrupt(size_t sg)
-{
-    return tdl_error_raise(TDL_ERR_CORRUPT,
-                           "codec dynamiq: super-group %zu has impossible metadata (widths "
-                           "beyond its size or the data's end, or a zero group with a width)",
-                           sg);
 }
 
 /* encode (in != NULL) or fused (enc != NULL: out = encode(local + decode(enc))). */
@@ -564,37 +590,23 @@ static tdl_status_t dq_run(const void *cfg, const codec_where_t *w, const float 
                   .stochastic = dq_stochastic(cfg),
                   .rand = dq_rand_of(cfg, w)};
     int code = dq_bits_code(dq_hop_bits(cfg, w));
-    size_t total = dq_size(n, code), nsg = (n + DQ_SUPER - 1) / DQ_SUPER;
-    unsigned char *o = out;
+    size_t total = dq_size(n, code), nsg = dq_nsg(n);
     float est_stack[256];
-    unsigned char units_stack[256];
     float *est = nsg <= 256 ? est_stack : malloc(nsg * sizeof(float));
-    unsigned char *units = nsg <= 256 ? units_stack : malloc(nsg);
-    if (!est || !units) {
-        if (est != est_stack)
-            free(est);
-        if (units != units_stack)
-            free(units);
+    if (!est)
         return tdl_error_raise(TDL_ERR_NOMEM, "codec dynamiq: out of memory for %zu values", n);
-    }
     /* super-group statistics: each one's largest magnitude, of the sum for the fused pass
      * (decoded here and again below, so the fused pass is the two steps byte for byte) */
-    const unsigned char *ip = enc ? enc->p : NULL, *iend = enc ? enc->p + enc->bytes : NULL;
+    const unsigned char *ip = enc ? enc->p : NULL;
     float x[DQ_SUPER];
-    tdl_status_t st = TDL_OK;
     for (size_t k = 0; k < nsg; k++) {
         size_t first = k * DQ_SUPER, m = TDL_MIN((size_t)DQ_SUPER, n - first);
         const float *v = in ? in + first : x;
         if (enc) {
-            size_t size = dq_check_sg(ip, (size_t)(iend - ip), m);
-            if (!size) {
-                st = dq_corrupt(k);
-                break;
-            }
             dq_decode_sg(enc->t, ip, m, x, false);
             for (size_t i = 0; i < m; i++)
                 x[i] += local[first + i];
-            ip += size;
+            ip += dq_sg_bytes(m, enc->units[k]);
         }
         float mx = 0;
         bool bad = false;
@@ -605,37 +617,31 @@ static tdl_status_t dq_run(const void *cfg, const codec_where_t *w, const float 
         }
         est[k] = bad ? 0.0f : mx;
     }
-    if (st == TDL_OK) {
-        dq_split_budget(est, n, total - DQ_HEADER, flags, units);
-        memset(o, 0, total);
-        o[0] = DQ_VERSION;
-        o[1] = (flags & CODEC_DQ_UNIFORM) ? 1 : 0;
-        codec_store_le16(o + 2, (uint16_t)code);
-        o += DQ_HEADER;
-        ip = enc ? enc->p : NULL;
-        uint64_t a = w ? w->offset : 0;
-        int carry = 0; /* units a super-group left unused go to the next */
-        for (size_t k = 0; k < nsg; k++) {
-            size_t first = k * DQ_SUPER, m = TDL_MIN((size_t)DQ_SUPER, n - first);
-            const float *src = in ? in + first : x;
-            if (enc) {
-                ip += dq_decode_sg(enc->t, ip, m, x, false);
-                for (size_t i = 0; i < m; i++)
-                    x[i] += local[first + i];
-            }
-            int give = units[k] ? TDL_MIN(units[k] + carry, DQ_WMAX * (int)dq_groups(m)) : 0;
-            int got = dq_encode_sg(&c, src, m, a + first, give, o);
-            carry += units[k] - got;
-            o += dq_sg_bytes(m, got);
+    unsigned char *o = out, *units = o + DQ_HEADER;
+    memset(o, 0, total);
+    o[0] = DQ_VERSION;
+    o[1] = (flags & CODEC_DQ_UNIFORM) ? 1 : 0;
+    codec_store_le16(o + 2, (uint16_t)code);
+    dq_split_budget(est, n, total - DQ_HEADER, flags, units);
+    o = units + nsg;
+    ip = enc ? enc->p : NULL;
+    uint64_t a = w ? w->offset : 0;
+    for (size_t k = 0; k < nsg; k++) {
+        size_t first = k * DQ_SUPER, m = TDL_MIN((size_t)DQ_SUPER, n - first);
+        const float *src = in ? in + first : x;
+        if (enc) {
+            dq_decode_sg(enc->t, ip, m, x, false);
+            for (size_t i = 0; i < m; i++)
+                x[i] += local[first + i];
+            ip += dq_sg_bytes(m, enc->units[k]);
         }
+        dq_encode_sg(&c, src, m, a + first, units[k], o);
+        o += dq_sg_bytes(m, units[k]);
     }
     if (est != est_stack)
         free(est);
-    if (units != units_stack)
-        free(units);
-    if (st == TDL_OK)
-        *out_bytes = total;
-    return st;
+    *out_bytes = total;
+    return TDL_OK;
 }
 
 static size_t dq_max_encoded_bytes(const void *cfg, size_t n)
@@ -643,7 +649,7 @@ static size_t dq_max_encoded_bytes(const void *cfg, size_t n)
     size_t full = n / DQ_SUPER * dq_sg_bytes(DQ_SUPER, DQ_WMAX * DQ_GPS);
     size_t tail =
         n % DQ_SUPER ? dq_sg_bytes(n % DQ_SUPER, DQ_WMAX * (int)dq_groups(n % DQ_SUPER)) : 0;
-    return TDL_MAX(DQ_HEADER + full + tail, dq_size(n, DQ_MAX_BITS256));
+    return TDL_MAX(DQ_HEADER + dq_nsg(n) + full + tail, dq_size(n, DQ_MAX_BITS256));
 }
 
 static tdl_status_t dq_encode(const void *cfg, const codec_where_t *w, const float *in, size_t n,
@@ -664,16 +670,12 @@ static tdl_status_t dq_decode_into(const void *in, size_t in_bytes, float *out, 
     dq_in_t d;
     if (st || (st = dq_open(in, in_bytes, n, &d)))
         return st;
-    const unsigned char *p = d.p, *end = d.p + d.bytes;
-    for (size_t first = 0, k = 0; first < n; first += DQ_SUPER, k++) { /* check all first */
-        size_t size = dq_check_sg(p, (size_t)(end - p), TDL_MIN((size_t)DQ_SUPER, n - first));
-        if (!size)
-            return dq_corrupt(k);
-        p += size;
+    const unsigned char *p = d.p;
+    for (size_t first = 0, k = 0; first < n; first += DQ_SUPER, k++) {
+        size_t m = TDL_MIN((size_t)DQ_SUPER, n - first);
+        dq_decode_sg(d.t, p, m, out + first, add);
+        p += dq_sg_bytes(m, d.units[k]);
     }
-    p = d.p;
-    for (size_t first = 0; first < n; first += DQ_SUPER)
-        p += dq_decode_sg(d.t, p, TDL_MIN((size_t)DQ_SUPER, n - first), out + first, add);
     return TDL_OK;
 }
 

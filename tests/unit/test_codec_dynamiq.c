@@ -72,7 +72,7 @@ static void test_tables(void)
 }
 
 /* One group of 32 at the default 5 bits: the budget is 32 * 1280 / 2048 = 20 bytes after the
- * 4-byte header; the super-group's 3 + 1 fixed bytes leave
+ * 4-byte header; the units table (1 byte), the bf16 scale (2) and the meta byte (1) leave
  * 16 value bytes, 4 units, so the group is 4 bits wide, S = 1 (bf16 0x3f80), e = 0. Values on
  * levels of width 4 come back exactly with nearest rounding. */
 static void test_worked_example(void)
@@ -84,7 +84,7 @@ static void test_worked_example(void)
     size_t bytes;
     unsigned char *e = enc_new(&cfg_rne, NULL, x, 32, &bytes);
     int good = e && bytes == 24;
-    good = good && e[0] == 2 && e[1] == 0 && e[2] == (1280 & 0xff) && e[3] == (1280 >> 8);
+    good = good && e[0] == 3 && e[1] == 0 && e[2] == (1280 & 0xff) && e[3] == (1280 >> 8);
     good = good && e[4] == 4 && e[5] == 0x80 && e[6] == 0x3f && e[7] == (0 << 4 | 3);
     /* plane j, bit i = bit j of value i's level index */
     for (int j = 0; good && j < 4; j++) {
@@ -355,7 +355,7 @@ static void test_malformed(void)
         if (k == 4)
             in[4] = (unsigned char)(in[4] + 1); /* units of the first super-group */
         if (k == 5)
-            in[4 + 3] = 0xf1; /* a zero group with a width */
+            in[4 + 3 + 2] = 0xf1; /* after the units table (3 super-groups) and S */ /* a zero group with a width */
         if (k == 6)
             in[2] = 0, in[3] = 0; /* budget */
         for (int j = 0; j < N; j++)
