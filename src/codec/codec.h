@@ -82,6 +82,23 @@ typedef struct codec_ops {
 
 /* NULL if unknown. */
 const codec_ops_t *codec_find(const char *name);
+
+/* dynamiq's parameters for one encoding, derived from its configuration and where it happens,
+ * for the GPU kernels (cuda/dynamiq.cu), which must produce the same bytes as the CPU. */
+typedef struct codec_dq_params {
+    int code;          /* budget in 1/256 bits per value */
+    int levels;        /* 0 fitted tables, 1 uniform */
+    unsigned flags;    /* CODEC_DQ_* */
+    int stochastic;    /* 1: stochastic rounding, 0: nearest */
+    uint32_t key, offset; /* random words: fmix32((a + i) * 0x9E3779B9 + key) + offset */
+    uint64_t a0;       /* absolute index of the first value */
+} codec_dq_params_t;
+void codec_dynamiq_params(const void *cfg, const codec_where_t *w, codec_dq_params_t *out);
+/* Encoded size of n values at budget `code`. */
+size_t codec_dynamiq_size(size_t n, int code);
+/* The level tables of kind 0 (fitted) or 1 (uniform): [9][256] floats each, level k of width
+ * w at [w * 256 + k], 1 / (level k+1 - level k) likewise in inv_gap. */
+void codec_dynamiq_tables(int kind, const float **levels, const float **inv_gap);
 /* "f32|bf16|fp16|mxfp8_e4m3|..." in table order. */
 const char *codec_names(void);
 

@@ -32,6 +32,9 @@
  * at once (cuda/dynamiq.cu). */
 #include "config.h"
 
+/* No fused multiply-add anywhere here: every machine and the GPU must round alike. */
+#pragma GCC optimize("fp-contract=off")
+
 #include <float.h>
 #include <math.h>
 #include <pthread.h>
@@ -282,7 +285,8 @@ typedef struct dq_enc {
  * them (gathers for the table look-ups where AVX2 has them); every lane computes exactly what
  * the scalar expression would, so all clones give the same bytes. */
 #if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
-#define DQ_CLONES __attribute__((target_clones("avx2", "default"), optimize("O3")))
+#define DQ_CLONES                                                                                  \
+    __attribute__((target_clones("avx2", "default"), optimize("O3", "fp-contract=off")))
 #else
 #define DQ_CLONES
 #endif
@@ -720,6 +724,31 @@ static double dq_bits_per_coord(const void *cfg, size_t n)
         sum += c < 8 ? per : 7 * per;
     }
     return sum / 14.0;
+}
+
+void codec_dynamiq_params(const void *cfg, const codec_where_t *w, codec_dq_params_t *out)
+{
+    unsigned flags = dq_flags(cfg);
+    dq_rand_t r = dq_rand_of(cfg, w);
+    *out = (codec_dq_params_t){.code = dq_bits_code(dq_hop_bits(cfg, w)),
+                               .levels = (flags & CODEC_DQ_UNIFORM) ? 1 : 0,
+                               .flags = flags,
+                               .stochastic = dq_stochastic(cfg),
+                               .key = r.key,
+                               .offset = r.offset,
+                               .a0 = w ? w->offset : 0};
+}
+
+size_t codec_dynamiq_size(size_t n, int code)
+{
+    return dq_size(n, code);
+}
+
+void codec_dynamiq_tables(int kind, const float **levels, const float **inv_gap)
+{
+    dq_tables_t t = dq_tables(kind);
+    *levels = &t.lv[0][0];
+    *inv_gap = &t.ig[0][0];
 }
 
 const codec_ops_t codec_dynamiq_ops = {
