@@ -21,6 +21,10 @@ extern const codec_ops_t codec_int8_ops;
 extern const codec_ops_t codec_int8_rht_ops;
 extern const codec_ops_t codec_dynamiq_ops;
 
+/* Which loops dynamiq runs: 0 portable (lane by lane), 1 AVX-512; answers the previous choice.
+ * A request the CPU cannot honour changes nothing. For tests that compare the two. */
+int codec_dynamiq_isa(int isa);
+
 static inline bool codec_cfg_stochastic(const void *cfg)
 {
     return cfg && ((const codec_config_t *)cfg)->round == CODEC_ROUND_STOCHASTIC;

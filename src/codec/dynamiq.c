@@ -370,6 +370,202 @@ DQ_CLONES static void dq_dequantize_group(dq_tables_t t, const uint32_t *planes,
             x[i] = y[i];
 }
 
+/* ---- AVX-512: the same two loops with in-register tables ---------------------------------- */
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include <immintrin.h>
+#define DQ_HAVE_AVX512 1
+#define DQ_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
+
+/* Level k of width w <= 8 for 16 indices: tables of up to 64 entries stay in registers
+ * (permutes), wider ones are gathered. */
+typedef struct dq_zt {
+    __m512 t[4];
+    const float *base;
+    int w;
+} dq_zt_t;
+
+DQ_AVX512 static inline dq_zt_t dq_zt_load(const float *tab, int w)
+{
+    dq_zt_t z = {.base = tab, .w = w};
+    int n = 1 << w;
+    for (int i = 0; i < 4; i++)
+        z.t[i] = i * 16 < n && w <= 6 ? _mm512_loadu_ps(tab + 16 * i) : _mm512_setzero_ps();
+    return z;
+}
+
+DQ_AVX512 static inline __m512 dq_zt_get(const dq_zt_t *z, __m512i idx)
+{
+    if (z->w <= 4)
+        return _mm512_permutexvar_ps(idx, z->t[0]);
+    if (z->w == 5)
+        return _mm512_permutex2var_ps(z->t[0], idx, z->t[1]);
+    if (z->w == 6) {
+        __m512 lo = _mm512_permutex2var_ps(z->t[0], idx, z->t[1]);
+        __m512 hi = _mm512_permutex2var_ps(z->t[2], idx, z->t[3]);
+        __mmask16 up = _mm512_test_epi32_mask(idx, _mm512_set1_epi32(32));
+        return _mm512_mask_blend_ps(up, lo, hi);
+    }
+    return _mm512_i32gather_ps(idx, z->base, 4);
+}
+
+DQ_AVX512 static void dq_quantize_group_avx512(const dq_enc_t *c, const float *x, int cnt,
+                                               float inv, int w, uint64_t a, uint32_t *planes)
+{
+    __mmask16 mk[2] = {(__mmask16)(cnt >= 16 ? 0xffff : (1u << cnt) - 1),
+                       (__mmask16)(cnt >= 32 ? 0xffff : cnt > 16 ? (1u << (cnt - 16)) - 1 : 0)};
+    __m512i code[2];
+    int top = (1 << w) - 1;
+    dq_zt_t lz, iz;
+    if (w <= DQ_MAX_WIDTH)
+        lz = dq_zt_load(c->t.lv[w], w), iz = dq_zt_load(c->t.ig[w], w);
+    for (int h = 0; h < 2; h++) {
+        __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk[h], x + 16 * h), _mm512_set1_ps(inv));
+        v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(-1.0f)), _mm512_set1_ps(1.0f));
+        __m512i k;
+        __m512 p;
+        if (w <= DQ_MAX_WIDTH) {
+            k = _mm512_setzero_si512();
+            for (int step = 1 << (w - 1); step; step >>= 1) {
+                __m512i st = _mm512_set1_epi32(step), kn = _mm512_add_epi32(k, st);
+                __mmask16 le = _mm512_cmp_ps_mask(dq_zt_get(&lz, kn), v, _CMP_LE_OQ);
+                k = _mm512_mask_mov_epi32(k, le, kn);
+            }
+            k = _mm512_min_epi32(k, _mm512_set1_epi32(top - 1));
+            p = _mm512_mul_ps(_mm512_sub_ps(v, dq_zt_get(&lz, k)), dq_zt_get(&iz, k));
+        } else {
+            __m512 is = _mm512_set1_ps(dq_wide_inv_step(w));
+            __m512 st = _mm512_set1_ps(2.0f / (float)top);
+            k = _mm512_cvttps_epi32(_mm512_mul_ps(_mm512_add_ps(v, _mm512_set1_ps(1.0f)), is));
+            k = _mm512_min_epi32(_mm512_max_epi32(k, _mm512_setzero_si512()),
+                                 _mm512_set1_epi32(top - 1));
+            __m512 lvk = _mm512_add_ps(_mm512_set1_ps(-1.0f),
+                                       _mm512_mul_ps(_mm512_cvtepi32_ps(k), st));
+            p = _mm512_mul_ps(_mm512_sub_ps(v, lvk), is);
+        }
+        __mmask16 up;
+        if (c->stochastic) {
+            __m512i i = _mm512_add_epi32(
+                _mm512_set1_epi32((int32_t)((uint32_t)a + 16u * (uint32_t)h)),
+                _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+            __m512i r = _mm512_add_epi32(_mm512_mullo_epi32(i, _mm512_set1_epi32((int32_t)DQ_GOLDEN)),
+                                         _mm512_set1_epi32((int32_t)c->rand.key));
+            r = _mm512_xor_si512(r, _mm512_srli_epi32(r, 16));
+            r = _mm512_mullo_epi32(r, _mm512_set1_epi32((int32_t)0x85ebca6bu));
+            r = _mm512_xor_si512(r, _mm512_srli_epi32(r, 13));
+            r = _mm512_mullo_epi32(r, _mm512_set1_epi32((int32_t)0xc2b2ae35u));
+            r = _mm512_xor_si512(r, _mm512_srli_epi32(r, 16));
+            r = _mm512_add_epi32(r, _mm512_set1_epi32((int32_t)c->rand.offset));
+            __m512 u = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(r, 8)),
+                                     _mm512_set1_ps(0x1.0p-24f));
+            up = _mm512_cmp_ps_mask(u, p, _CMP_LT_OQ);
+        } else {
+            up = _mm512_cmp_ps_mask(p, _mm512_set1_ps(0.5f), _CMP_GT_OQ);
+        }
+        k = _mm512_mask_add_epi32(k, up, k, _mm512_set1_epi32(1));
+        code[h] = _mm512_maskz_mov_epi32(mk[h], k);
+    }
+    for (int j = 0; j < w; j++) {
+        __m512i bit = _mm512_set1_epi32(1 << j);
+        planes[j] = (uint32_t)_mm512_test_epi32_mask(code[0], bit) |
+                    (uint32_t)_mm512_test_epi32_mask(code[1], bit) << 16;
+    }
+}
+
+DQ_AVX512 static void dq_dequantize_group_avx512(dq_tables_t t, const uint32_t *planes, int w,
+                                                 float s, int cnt, float *x, bool add)
+{
+    __m512i code[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+    for (int j = 0; j < w; j++) {
+        __m512i bit = _mm512_set1_epi32(1 << j);
+        code[0] = _mm512_mask_or_epi32(code[0], (__mmask16)planes[j], code[0], bit);
+        code[1] = _mm512_mask_or_epi32(code[1], (__mmask16)(planes[j] >> 16), code[1], bit);
+    }
+    dq_zt_t lz;
+    if (w <= DQ_MAX_WIDTH)
+        lz = dq_zt_load(t.lv[w], w);
+    __m512 vs = _mm512_set1_ps(s);
+    for (int h = 0; h < 2; h++) {
+        __mmask16 m = (__mmask16)(cnt >= 16 * (h + 1) ? 0xffff
+                                  : cnt > 16 * h      ? (1u << (cnt - 16 * h)) - 1
+                                                      : 0);
+        if (!m)
+            break;
+        __m512 y;
+        if (w <= DQ_MAX_WIDTH) {
+            y = _mm512_mul_ps(dq_zt_get(&lz, code[h]), vs);
+        } else {
+            __m512 st = _mm512_set1_ps(2.0f / (float)((1 << w) - 1));
+            y = _mm512_mul_ps(_mm512_add_ps(_mm512_set1_ps(-1.0f),
+                                            _mm512_mul_ps(_mm512_cvtepi32_ps(code[h]), st)),
+                              vs);
+        }
+        if (add)
+            y = _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + 16 * h), y);
+        _mm512_mask_storeu_ps(x + 16 * h, m, y);
+    }
+}
+#endif
+
+/* Which code runs the group loops: the AVX-512 one where the CPU has it, unless
+ * TIDAL_DYNAMIQ_ISA=portable asks for the lane-by-lane loops (for tests and comparisons). */
+static int dq_isa = -1; /* 0 portable, 1 AVX-512 */
+static pthread_once_t dq_isa_once = PTHREAD_ONCE_INIT;
+
+static void dq_isa_init(void)
+{
+    const char *env = getenv("TIDAL_DYNAMIQ_ISA");
+    dq_isa = 0;
+#ifdef DQ_HAVE_AVX512
+    __builtin_cpu_init();
+    if (!(env && !strcmp(env, "portable")) && __builtin_cpu_supports("avx512f") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512vl"))
+        dq_isa = 1;
+#else
+    (void)env;
+#endif
+}
+
+int codec_dynamiq_isa(int isa)
+{
+    pthread_once(&dq_isa_once, dq_isa_init);
+    int was = dq_isa;
+#ifdef DQ_HAVE_AVX512
+    if (isa == 0 || (isa == 1 && __builtin_cpu_supports("avx512f") &&
+                     __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+                     __builtin_cpu_supports("avx512vl")))
+        dq_isa = isa;
+#else
+    (void)isa;
+#endif
+    return was;
+}
+
+static void dq_quantize(const dq_enc_t *c, const float *x, int cnt, float inv, int w, uint64_t a,
+                        uint32_t *planes)
+{
+#ifdef DQ_HAVE_AVX512
+    if (dq_isa == 1) {
+        dq_quantize_group_avx512(c, x, cnt, inv, w, a, planes);
+        return;
+    }
+#endif
+    dq_quantize_group(c, x, cnt, inv, w, a, planes);
+}
+
+static void dq_dequantize(dq_tables_t t, const uint32_t *planes, int w, float s, int cnt, float *x,
+                          bool add)
+{
+#ifdef DQ_HAVE_AVX512
+    if (dq_isa == 1) {
+        dq_dequantize_group_avx512(t, planes, w, s, cnt, x, add);
+        return;
+    }
+#endif
+    dq_dequantize_group(t, planes, w, s, cnt, x, add);
+}
+
 /* Encodes m <= 256 values x (absolute index a0 of x[0]) at o, within `units` value units (4
  * bytes each: one bit per value of a group); o is zeroed. */
 static void dq_encode_sg(const dq_enc_t *c, const float *x, size_t m, uint64_t a0, int units,
@@ -425,7 +621,7 @@ static void dq_encode_sg(const dq_enc_t *c, const float *x, size_t m, uint64_t a
         float s = S * dq_half_pow(e[g]);
         uint32_t planes[DQ_WMAX];
         size_t first = (size_t)g * DQ_GROUP, cnt = TDL_MIN((size_t)DQ_GROUP, m - first);
-        dq_quantize_group(c, x + first, (int)cnt, 1.0f / s, wg, a0 + first, planes);
+        dq_quantize(c, x + first, (int)cnt, 1.0f / s, wg, a0 + first, planes);
         for (int j = 0; j < wg; j++)
             codec_store_le32(val + 4 * j, planes[j]);
         val += 4 * wg;
@@ -475,7 +671,7 @@ static void dq_decode_sg(dq_tables_t t, const unsigned char *p, size_t m, float 
         for (int j = 0; j < w; j++)
             planes[j] = codec_load_le32(val + 4 * j);
         val += 4 * w;
-        dq_dequantize_group(t, planes, w, S * dq_half_pow(e), (int)cnt, x + first, add);
+        dq_dequantize(t, planes, w, S * dq_half_pow(e), (int)cnt, x + first, add);
     }
 }
 
@@ -588,6 +784,7 @@ static tdl_status_t dq_run(const void *cfg, const codec_where_t *w, const float 
                            const dq_in_t *enc, const float *local, size_t n, void *out,
                            size_t *out_bytes)
 {
+    pthread_once(&dq_isa_once, dq_isa_init);
     unsigned flags = dq_flags(cfg);
     dq_enc_t c = {.t = dq_tables((flags & CODEC_DQ_UNIFORM) ? 1 : 0),
                   .flags = flags,
@@ -674,6 +871,7 @@ static tdl_status_t dq_decode_into(const void *in, size_t in_bytes, float *out, 
     dq_in_t d;
     if (st || (st = dq_open(in, in_bytes, n, &d)))
         return st;
+    pthread_once(&dq_isa_once, dq_isa_init);
     const unsigned char *p = d.p;
     for (size_t first = 0, k = 0; first < n; first += DQ_SUPER, k++) {
         size_t m = TDL_MIN((size_t)DQ_SUPER, n - first);
