@@ -370,6 +370,26 @@ DQ_CLONES static void dq_dequantize_group(dq_tables_t t, const uint32_t *planes,
             x[i] = y[i];
 }
 
+/* The largest magnitude of each group of the m <= 256 values x; answers whether one is NaN or
+ * Inf (the maxima are then meaningless). */
+DQ_CLONES static bool dq_sg_stats_portable(const float *x, size_t m, float *gmax)
+{
+    uint32_t bad = 0;
+    for (size_t g = 0; g * DQ_GROUP < m; g++) {
+        float mx = 0;
+        size_t end = TDL_MIN(m, (g + 1) * DQ_GROUP);
+        for (size_t i = g * DQ_GROUP; i < end; i++) {
+            float a = fabsf(x[i]);
+            uint32_t u;
+            memcpy(&u, &a, 4);
+            bad |= u >= 0x7f800000u;
+            mx = a > mx ? a : mx;
+        }
+        gmax[g] = mx;
+    }
+    return bad != 0;
+}
+
 /* ---- AVX-512: the same two loops with in-register tables ---------------------------------- */
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -507,6 +527,26 @@ DQ_AVX512 static void dq_dequantize_group_avx512(dq_tables_t t, const uint32_t *
 }
 #endif
 
+#ifdef DQ_HAVE_AVX512
+/* dq_sg_stats with 16 lanes: fpclass finds NaN and Inf. */
+DQ_AVX512 static bool dq_sg_stats_avx512(const float *x, size_t m, float *gmax)
+{
+    __mmask16 bad = 0;
+    for (size_t g = 0; g * DQ_GROUP < m; g++) {
+        __m512 mx = _mm512_setzero_ps();
+        for (size_t h = 0; h < 2; h++) {
+            size_t at = g * DQ_GROUP + 16 * h;
+            __mmask16 k = (__mmask16)(at + 16 <= m ? 0xffff : at < m ? (1u << (m - at)) - 1 : 0);
+            __m512 a = _mm512_abs_ps(_mm512_maskz_loadu_ps(k, x + at));
+            bad |= _mm512_fpclass_ps_mask(a, 0x01 | 0x08 | 0x80); /* QNaN, +Inf, SNaN */
+            mx = _mm512_max_ps(mx, a);
+        }
+        gmax[g] = _mm512_reduce_max_ps(mx);
+    }
+    return bad != 0;
+}
+#endif
+
 /* Which code runs the group loops: the AVX-512 one where the CPU has it, unless
  * TIDAL_DYNAMIQ_ISA=portable asks for the lane-by-lane loops (for tests and comparisons). */
 static int dq_isa = -1; /* 0 portable, 1 AVX-512 */
@@ -566,19 +606,23 @@ static void dq_dequantize(dq_tables_t t, const uint32_t *planes, int w, float s,
     dq_dequantize_group(t, planes, w, s, cnt, x, add);
 }
 
+static bool dq_sg_stats(const float *x, size_t m, float *gmax)
+{
+#ifdef DQ_HAVE_AVX512
+    if (dq_isa == 1)
+        return dq_sg_stats_avx512(x, m, gmax);
+#endif
+    return dq_sg_stats_portable(x, m, gmax);
+}
+
 /* Encodes m <= 256 values x (absolute index a0 of x[0]) at o, within `units` value units (4
  * bytes each: one bit per value of a group); o is zeroed. */
 static void dq_encode_sg(const dq_enc_t *c, const float *x, size_t m, uint64_t a0, int units,
                          unsigned char *o)
 {
     int ng = (int)dq_groups(m);
-    float gmax[DQ_GPS] = {0};
-    bool bad = false;
-    for (size_t i = 0; i < m; i++) {
-        float ax = fabsf(x[i]);
-        bad |= !(ax <= FLT_MAX);
-        gmax[i / DQ_GROUP] = dq_max(gmax[i / DQ_GROUP], ax);
-    }
+    float gmax[DQ_GPS];
+    bool bad = dq_sg_stats(x, m, gmax);
     unsigned char *meta = o + 2, *val = o + 2 + ng;
     memset(meta, DQ_META_ZERO, (size_t)ng);
     if (bad) {
@@ -809,13 +853,10 @@ static tdl_status_t dq_run(const void *cfg, const codec_where_t *w, const float 
                 x[i] += local[first + i];
             ip += dq_sg_bytes(m, enc->units[k]);
         }
-        float mx = 0;
-        bool bad = false;
-        for (size_t i = 0; i < m; i++) {
-            float ax = fabsf(v[i]);
-            bad |= !(ax <= FLT_MAX);
-            mx = dq_max(mx, ax);
-        }
+        float gmax[DQ_GPS], mx = 0;
+        bool bad = dq_sg_stats(v, m, gmax);
+        for (size_t g = 0; g < dq_groups(m); g++)
+            mx = dq_max(mx, gmax[g]);
         est[k] = bad ? 0.0f : mx;
     }
     unsigned char *o = out, *units = o + DQ_HEADER;
