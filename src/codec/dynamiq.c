@@ -122,6 +122,13 @@ static inline float dq_half_pow(int e)
     return (e & 1) ? r * 0x1.6a09e6p-1f : r;
 }
 
+/* dq_half_pow(e) for every exponent */
+static const float dq_half_table[DQ_EMAX + 1] = {
+    0x1p0f,  0x1.6a09e6p-1f, 0x1p-1f, 0x1.6a09e6p-2f, 0x1p-2f, 0x1.6a09e6p-3f, 0x1p-3f,
+    0x1.6a09e6p-4f, 0x1p-4f, 0x1.6a09e6p-5f, 0x1p-5f, 0x1.6a09e6p-6f, 0x1p-6f,
+    0x1.6a09e6p-7f, 0x1p-7f,
+};
+
 /* ---- the budget of a hop (partial-sum awareness) -------------------------------------------- */
 
 /* Bits per value, metadata included, for an encoding of data summing `contributions` of
@@ -648,7 +655,7 @@ static void dq_encode_sg(const dq_enc_t *c, const float *x, size_t m, uint64_t a
             int lo = 0, hi = DQ_EMAX + 1; /* S * half(lo) >= gmax; find the largest such lo */
             while (hi - lo > 1) {
                 int mid = (lo + hi) >> 1;
-                if (S * dq_half_pow(mid) >= gmax[g])
+                if (S * dq_half_table[mid] >= gmax[g])
                     lo = mid;
                 else
                     hi = mid;
@@ -847,10 +854,9 @@ static tdl_status_t dq_run(const void *cfg, const codec_where_t *w, const float 
     for (size_t k = 0; k < nsg; k++) {
         size_t first = k * DQ_SUPER, m = TDL_MIN((size_t)DQ_SUPER, n - first);
         const float *v = in ? in + first : x;
-        if (enc) {
-            dq_decode_sg(enc->t, ip, m, x, false);
-            for (size_t i = 0; i < m; i++)
-                x[i] += local[first + i];
+        if (enc) { /* local + decoded: the decoded values added to a copy of local */
+            memcpy(x, local + first, m * sizeof(float));
+            dq_decode_sg(enc->t, ip, m, x, true);
             ip += dq_sg_bytes(m, enc->units[k]);
         }
         float gmax[DQ_GPS], mx = 0;
@@ -871,10 +877,9 @@ static tdl_status_t dq_run(const void *cfg, const codec_where_t *w, const float 
     for (size_t k = 0; k < nsg; k++) {
         size_t first = k * DQ_SUPER, m = TDL_MIN((size_t)DQ_SUPER, n - first);
         const float *src = in ? in + first : x;
-        if (enc) {
-            dq_decode_sg(enc->t, ip, m, x, false);
-            for (size_t i = 0; i < m; i++)
-                x[i] += local[first + i];
+        if (enc) { /* local + decoded: the decoded values added to a copy of local */
+            memcpy(x, local + first, m * sizeof(float));
+            dq_decode_sg(enc->t, ip, m, x, true);
             ip += dq_sg_bytes(m, enc->units[k]);
         }
         dq_encode_sg(&c, src, m, a + first, units[k], o);
