@@ -54,12 +54,13 @@ int main(int argc, char **argv)
     }
     fprintf(csv, "format,op,bytes,seconds,gbps,over_memcpy,bits_per_coord\n");
     double t[16];
-    for (int r = 0; r < reps; r++) {
+    memset(copy, 1, n * 4); /* its pages exist before the first timed copy */
+    for (int r = 0; r < 9; r++) {
         double t0 = tdl_clock_s();
         memcpy(copy, in, n * 4);
         t[r] = tdl_clock_s() - t0;
     }
-    double mc = median(t, reps);
+    double mc = median(t, 9);
     fprintf(csv, "memcpy,copy,%zu,%.6f,%.3f,1.000,32\n", n * 4, mc, n * 4 / mc / 1e9);
     printf("memcpy: %.2f GB/s on %zu MiB\n", n * 4 / mc / 1e9, n * 4 >> 20);
     char names[512];

@@ -622,14 +622,13 @@ static bool dq_sg_stats(const float *x, size_t m, float *gmax)
     return dq_sg_stats_portable(x, m, gmax);
 }
 
-/* Encodes m <= 256 values x (absolute index a0 of x[0]) at o, within `units` value units (4
- * bytes each: one bit per value of a group); o is zeroed. */
-static void dq_encode_sg(const dq_enc_t *c, const float *x, size_t m, uint64_t a0, int units,
-                         unsigned char *o)
+/* Encodes m <= 256 values x (absolute index a0 of x[0]), whose group maxima are gmax (bad: one
+ * is NaN or Inf), at o, within `units` value units (4 bytes each: one bit per value of a group);
+ * o is zeroed. */
+static void dq_encode_sg(const dq_enc_t *c, const float *x, size_t m, const float *gmax,
+                         bool bad, uint64_t a0, int units, unsigned char *o)
 {
     int ng = (int)dq_groups(m);
-    float gmax[DQ_GPS];
-    bool bad = dq_sg_stats(x, m, gmax);
     unsigned char *meta = o + 2, *val = o + 2 + ng;
     memset(meta, DQ_META_ZERO, (size_t)ng);
     if (bad) {
@@ -843,27 +842,33 @@ static tdl_status_t dq_run(const void *cfg, const codec_where_t *w, const float 
                   .rand = dq_rand_of(cfg, w)};
     int code = dq_bits_code(dq_hop_bits(cfg, w));
     size_t total = dq_size(n, code), nsg = dq_nsg(n);
-    float est_stack[256];
-    float *est = nsg <= 256 ? est_stack : malloc(nsg * sizeof(float));
-    if (!est)
-        return tdl_error_raise(TDL_ERR_NOMEM, "codec dynamiq: out of memory for %zu values", n);
-    /* super-group statistics: each one's largest magnitude, of the sum for the fused pass
-     * (decoded here and again below, so the fused pass is the two steps byte for byte) */
+    /* per thread, kept between calls: the fused pass's sums and every super-group's statistics */
+    static __thread float *scratch;
+    static __thread size_t scratch_n;
+    size_t need = nsg * (1 + DQ_GPS) + (enc ? n : 0) + nsg / 4 + 1;
+    if (need > scratch_n) {
+        float *grown = realloc(scratch, need * sizeof(float));
+        if (!grown)
+            return tdl_error_raise(TDL_ERR_NOMEM, "codec dynamiq: out of memory for %zu values", n);
+        scratch = grown, scratch_n = need;
+    }
+    float *est = scratch, *gmax = est + nsg, *sums = gmax + nsg * DQ_GPS;
+    unsigned char *bad = (unsigned char *)(sums + (enc ? n : 0));
+    /* super-group statistics: each one's largest magnitude, of the sum for the fused pass */
     const unsigned char *ip = enc ? enc->p : NULL;
-    float x[DQ_SUPER];
     for (size_t k = 0; k < nsg; k++) {
         size_t first = k * DQ_SUPER, m = TDL_MIN((size_t)DQ_SUPER, n - first);
-        const float *v = in ? in + first : x;
+        const float *v = in ? in + first : sums + first;
         if (enc) { /* local + decoded: the decoded values added to a copy of local */
-            memcpy(x, local + first, m * sizeof(float));
-            dq_decode_sg(enc->t, ip, m, x, true);
+            memcpy(sums + first, local + first, m * sizeof(float));
+            dq_decode_sg(enc->t, ip, m, sums + first, true);
             ip += dq_sg_bytes(m, enc->units[k]);
         }
-        float gmax[DQ_GPS], mx = 0;
-        bool bad = dq_sg_stats(v, m, gmax);
+        float mx = 0, *gm = gmax + k * DQ_GPS;
+        bad[k] = dq_sg_stats(v, m, gm);
         for (size_t g = 0; g < dq_groups(m); g++)
-            mx = dq_max(mx, gmax[g]);
-        est[k] = bad ? 0.0f : mx;
+            mx = dq_max(mx, gm[g]);
+        est[k] = bad[k] ? 0.0f : mx;
     }
     unsigned char *o = out, *units = o + DQ_HEADER;
     memset(o, 0, total);
@@ -872,21 +877,13 @@ static tdl_status_t dq_run(const void *cfg, const codec_where_t *w, const float 
     codec_store_le16(o + 2, (uint16_t)code);
     dq_split_budget(est, n, total - DQ_HEADER, flags, units);
     o = units + nsg;
-    ip = enc ? enc->p : NULL;
     uint64_t a = w ? w->offset : 0;
     for (size_t k = 0; k < nsg; k++) {
         size_t first = k * DQ_SUPER, m = TDL_MIN((size_t)DQ_SUPER, n - first);
-        const float *src = in ? in + first : x;
-        if (enc) { /* local + decoded: the decoded values added to a copy of local */
-            memcpy(x, local + first, m * sizeof(float));
-            dq_decode_sg(enc->t, ip, m, x, true);
-            ip += dq_sg_bytes(m, enc->units[k]);
-        }
-        dq_encode_sg(&c, src, m, a + first, units[k], o);
+        dq_encode_sg(&c, in ? in + first : sums + first, m, gmax + k * DQ_GPS, bad[k], a + first,
+                     units[k], o);
         o += dq_sg_bytes(m, units[k]);
     }
-    if (est != est_stack)
-        free(est);
     *out_bytes = total;
     return TDL_OK;
 }
