@@ -65,6 +65,8 @@ typedef struct ckpt_group {
     const char *name;
     const ckpt_tensor_t *tensors;
     int count;
+    const ckpt_attr_t *attrs; /* attributes of the group itself (may be NULL) */
+    int nattrs;
 } ckpt_group_t;
 
 /* ckpt_weights_write plus further groups (optimizer moments, ...), under the same guarantees. */
@@ -75,13 +77,20 @@ tdl_status_t ckpt_file_write(const char *path, const ckpt_tensor_t *model,
 tdl_status_t ckpt_weights_read(const char *path, const char *group, ckpt_tensor_t *tensors,
                                int count);
 
-/* Root attribute lookups for the loader. An int attribute must hold an integer; a double one
+/* Attribute lookups for the loader: a key "train/step" names the attribute step of the group
+ * /train, a key without '/' a root attribute. An int attribute must hold an integer; a double one
  * a floating-point number or an integer; a string attribute (variable or fixed length) comes
  * back as a malloc'd copy for the caller to free. A missing key is TDL_ERR_NOT_FOUND naming the
  * key and the file; another type TDL_ERR_MISMATCH. *out is written only on success. */
 tdl_status_t ckpt_attr_read_int(const char *path, const char *key, int64_t *out);
 tdl_status_t ckpt_attr_read_double(const char *path, const char *key, double *out);
 tdl_status_t ckpt_attr_read_string(const char *path, const char *key, char **out);
+
+/* Every function here takes one process-wide lock around its HDF5 calls (HDF5 is built without
+ * thread safety), so a background checkpoint writer and the trainer can both call them. Other
+ * code that calls HDF5 directly (the HDF5 data loader) holds it too. */
+void ckpt_lock(void);
+void ckpt_unlock(void);
 
 /* Whether the file has the group /<group> ("ema"). */
 tdl_status_t ckpt_weights_has_group(const char *path, const char *group, bool *out);

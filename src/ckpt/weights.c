@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include <hdf5.h>
+#include <pthread.h>
 
 #include "ckpt/ckpt.h"
 
@@ -269,10 +270,12 @@ out:
     return st;
 }
 
-/* /<gname>/<name> for every tensor, with data from `data[i].data`. */
+static tdl_status_t ckpt_write_attr(const char *path, hid_t file, const ckpt_attr_t *a);
+
+/* /<gname>/<name> for every tensor, with data from `data[i].data`, and the group's attributes. */
 static tdl_status_t ckpt_write_group(const char *path, hid_t file, const char *gname,
                                      const ckpt_tensor_t *tensors, const ckpt_tensor_t *data,
-                                     int count)
+                                     int count, const ckpt_attr_t *attrs, int nattrs)
 {
     /* Nested names ("optim/adamw/m") create their parents. */
     hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
@@ -285,6 +288,8 @@ static tdl_status_t ckpt_write_group(const char *path, hid_t file, const char *g
         return ckpt_h5_raise(TDL_ERR_IO, "cannot write %s: cannot create the group /%s", path,
                              gname);
     tdl_status_t st = TDL_OK;
+    for (int i = 0; i < nattrs && st == TDL_OK; i++)
+        st = ckpt_write_attr(path, group, &attrs[i]);
     for (int i = 0; i < count && st == TDL_OK; i++)
         st = ckpt_write_dataset(path, group, gname, &tensors[i], data[i].data);
     if (H5Gclose(group) < 0 && st == TDL_OK)
@@ -369,12 +374,12 @@ static tdl_status_t ckpt_write_contents(const char *path, hid_t file, const ckpt
     for (int i = 0; i < nattrs && st == TDL_OK; i++)
         st = ckpt_write_attr(path, file, &attrs[i]);
     if (st == TDL_OK)
-        st = ckpt_write_group(path, file, "model", model, model, count);
+        st = ckpt_write_group(path, file, "model", model, model, count, NULL, 0);
     if (st == TDL_OK && ema)
-        st = ckpt_write_group(path, file, "ema", model, ema, count);
+        st = ckpt_write_group(path, file, "ema", model, ema, count, NULL, 0);
     for (int g = 0; g < nextra && st == TDL_OK; g++)
         st = ckpt_write_group(path, file, extra[g].name, extra[g].tensors, extra[g].tensors,
-                              extra[g].count);
+                              extra[g].count, extra[g].attrs, extra[g].nattrs);
     return st;
 }
 
@@ -418,14 +423,22 @@ static tdl_status_t ckpt_reserve(const char *path, const char *tmp, int fd, hid_
                            path, (unsigned long long)size, tmp, strerror(errno));
 }
 
+static tdl_status_t ckpt_file_write_unlocked(const char *path, const ckpt_tensor_t *model,
+                                             const ckpt_tensor_t *ema, int count,
+                                             const ckpt_group_t *extra, int nextra,
+                                             const ckpt_attr_t *attrs, int nattrs);
+
 tdl_status_t ckpt_weights_write(const char *path, const ckpt_tensor_t *model,
                                 const ckpt_tensor_t *ema, int count, const ckpt_attr_t *attrs,
                                 int nattrs)
 {
-    return ckpt_file_write(path, model, ema, count, NULL, 0, attrs, nattrs);
+    ckpt_lock();
+    tdl_status_t st = ckpt_file_write_unlocked(path, model, ema, count, NULL, 0, attrs, nattrs);
+    ckpt_unlock();
+    return st;
 }
 
-tdl_status_t ckpt_file_write(const char *path, const ckpt_tensor_t *model,
+static tdl_status_t ckpt_file_write_unlocked(const char *path, const ckpt_tensor_t *model,
                              const ckpt_tensor_t *ema, int count, const ckpt_group_t *extra,
                              int nextra, const ckpt_attr_t *attrs, int nattrs)
 {
@@ -456,7 +469,14 @@ tdl_status_t ckpt_file_write(const char *path, const ckpt_tensor_t *model,
                                path, tmp, strerror(errno));
     ckpt_h5_quiet_t quiet;
     ckpt_h5_quiet(&quiet);
-    hid_t file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    /* The 1.8 format and later: object headers, the superblock and the group indexes carry
+     * checksums of their own, so a flipped byte in the metadata is found, not only in the data.
+     * HDF5 1.8 and later and h5py read it. */
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    if (fapl >= 0)
+        H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST);
+    hid_t file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl >= 0 ? fapl : H5P_DEFAULT);
+    ckpt_h5_close(&fapl);
     if (file < 0) {
         st = ckpt_h5_raise(TDL_ERR_IO, "cannot write %s: HDF5 cannot create %s", path, tmp);
         goto err_tmp;
@@ -643,7 +663,7 @@ static tdl_status_t ckpt_open_group(const char *path, hid_t file, const char *gr
     return TDL_OK;
 }
 
-tdl_status_t ckpt_weights_read(const char *path, const char *group, ckpt_tensor_t *tensors,
+static tdl_status_t ckpt_weights_read_unlocked(const char *path, const char *group, ckpt_tensor_t *tensors,
                                int count)
 {
     tdl_status_t st = ckpt_read_check(path, group, tensors, count);
@@ -694,25 +714,38 @@ static tdl_status_t ckpt_attr_open(const char *path, const char *key, hid_t *fil
     tdl_status_t st = ckpt_open_read(path, &file);
     if (st != TDL_OK)
         return st;
-    htri_t exists = H5Aexists(file, key);
+    /* "train/step": the attribute step of the group /train */
+    char obj[256] = ".";
+    const char *name = key, *slash = strrchr(key, '/');
+    if (slash && (size_t)(slash - key) < sizeof(obj)) {
+        snprintf(obj, sizeof(obj), "%.*s", (int)(slash - key), key);
+        name = slash + 1;
+        htri_t there = H5Lexists(file, obj, H5P_DEFAULT);
+        if (there <= 0) {
+            st = tdl_error_raise(TDL_ERR_NOT_FOUND, "%s has no group /%s (for the attribute %s)",
+                                 path, obj, key);
+            goto err;
+        }
+    }
+    htri_t exists = H5Aexists_by_name(file, obj, name, H5P_DEFAULT);
     if (exists < 0) {
-        st = ckpt_h5_raise(TDL_ERR_CORRUPT, "%s: cannot look up the root attribute %s", path, key);
+        st = ckpt_h5_raise(TDL_ERR_CORRUPT, "%s: cannot look up the attribute %s", path, key);
         goto err;
     }
     if (exists == 0) {
-        st = tdl_error_raise(TDL_ERR_NOT_FOUND, "%s has no root attribute %s", path, key);
+        st = tdl_error_raise(TDL_ERR_NOT_FOUND, "%s has no attribute %s", path, key);
         goto err;
     }
-    attr = H5Aopen(file, key, H5P_DEFAULT);
+    attr = H5Aopen_by_name(file, obj, name, H5P_DEFAULT, H5P_DEFAULT);
     space = attr >= 0 ? H5Aget_space(attr) : H5I_INVALID_HID;
     if (space < 0) {
-        st = ckpt_h5_raise(TDL_ERR_CORRUPT, "%s: cannot open the root attribute %s", path, key);
+        st = ckpt_h5_raise(TDL_ERR_CORRUPT, "%s: cannot open the attribute %s", path, key);
         goto err;
     }
     hssize_t n = H5Sget_simple_extent_npoints(space);
     if (n != 1) {
         st = tdl_error_raise(TDL_ERR_MISMATCH,
-                             "%s: the root attribute %s holds %lld values, not one", path, key,
+                             "%s: the attribute %s holds %lld values, not one", path, key,
                              (long long)n);
         goto err;
     }
@@ -741,19 +774,19 @@ static tdl_status_t ckpt_attr_read_number(const char *path, const char *key, hid
         goto out;
     type = H5Aget_type(attr);
     if (type < 0) {
-        st = ckpt_h5_raise(TDL_ERR_CORRUPT, "%s: cannot read the type of the root attribute %s",
+        st = ckpt_h5_raise(TDL_ERR_CORRUPT, "%s: cannot read the type of the attribute %s",
                            path, key);
         goto out;
     }
     H5T_class_t cls = H5Tget_class(type);
     if (!(cls == H5T_INTEGER && accept_int) && !(cls == H5T_FLOAT && accept_float)) {
         st = tdl_error_raise(TDL_ERR_MISMATCH,
-                             "%s: the root attribute %s holds %s data, expected %s", path, key,
+                             "%s: the attribute %s holds %s data, expected %s", path, key,
                              ckpt_class_str(cls), want);
         goto out;
     }
     if (H5Aread(attr, mtype, out) < 0)
-        st = ckpt_h5_raise(TDL_ERR_CORRUPT, "%s: cannot read the root attribute %s", path, key);
+        st = ckpt_h5_raise(TDL_ERR_CORRUPT, "%s: cannot read the attribute %s", path, key);
 out:
     ckpt_h5_close(&type);
     ckpt_h5_close(&attr);
@@ -762,7 +795,7 @@ out:
     return st;
 }
 
-tdl_status_t ckpt_attr_read_int(const char *path, const char *key, int64_t *out)
+static tdl_status_t ckpt_attr_read_int_unlocked(const char *path, const char *key, int64_t *out)
 {
     if (!out)
         return tdl_error_raise(TDL_ERR_INVALID_ARG, "ckpt_attr_read_int: out is NULL");
@@ -774,7 +807,7 @@ tdl_status_t ckpt_attr_read_int(const char *path, const char *key, int64_t *out)
     return st;
 }
 
-tdl_status_t ckpt_attr_read_double(const char *path, const char *key, double *out)
+static tdl_status_t ckpt_attr_read_double_unlocked(const char *path, const char *key, double *out)
 {
     if (!out)
         return tdl_error_raise(TDL_ERR_INVALID_ARG, "ckpt_attr_read_double: out is NULL");
@@ -795,14 +828,14 @@ static tdl_status_t ckpt_attr_copy_string(const char *path, const char *key, hid
     hid_t mtype = H5Tcopy(H5T_C_S1);
     htri_t vlen = H5Tis_variable_str(type);
     if (mtype < 0 || vlen < 0 || H5Tset_cset(mtype, H5Tget_cset(type)) < 0) {
-        st = ckpt_h5_raise(TDL_ERR_CORRUPT, "%s: cannot read the type of the root attribute %s",
+        st = ckpt_h5_raise(TDL_ERR_CORRUPT, "%s: cannot read the type of the attribute %s",
                            path, key);
         goto out;
     }
     if (vlen) {
         char *s = NULL;
         if (H5Tset_size(mtype, H5T_VARIABLE) < 0 || H5Aread(attr, mtype, &s) < 0) {
-            st = ckpt_h5_raise(TDL_ERR_CORRUPT, "%s: cannot read the root attribute %s", path, key);
+            st = ckpt_h5_raise(TDL_ERR_CORRUPT, "%s: cannot read the attribute %s", path, key);
             goto out;
         }
         copy = strdup(s ? s : "");
@@ -812,12 +845,12 @@ static tdl_status_t ckpt_attr_copy_string(const char *path, const char *key, hid
         copy = size ? calloc(size + 1, 1) : NULL;
         if (copy && (H5Tset_size(mtype, size) < 0 || H5Tset_strpad(mtype, H5T_STR_NULLPAD) < 0 ||
                      H5Aread(attr, mtype, copy) < 0)) {
-            st = ckpt_h5_raise(TDL_ERR_CORRUPT, "%s: cannot read the root attribute %s", path, key);
+            st = ckpt_h5_raise(TDL_ERR_CORRUPT, "%s: cannot read the attribute %s", path, key);
             goto out;
         }
     }
     if (!copy) {
-        st = tdl_error_raise(TDL_ERR_NOMEM, "%s: no memory for the root attribute %s", path, key);
+        st = tdl_error_raise(TDL_ERR_NOMEM, "%s: no memory for the attribute %s", path, key);
         goto out;
     }
     *out = copy;
@@ -828,7 +861,7 @@ out:
     return st;
 }
 
-tdl_status_t ckpt_attr_read_string(const char *path, const char *key, char **out)
+static tdl_status_t ckpt_attr_read_string_unlocked(const char *path, const char *key, char **out)
 {
     if (!out)
         return tdl_error_raise(TDL_ERR_INVALID_ARG, "ckpt_attr_read_string: out is NULL");
@@ -840,14 +873,14 @@ tdl_status_t ckpt_attr_read_string(const char *path, const char *key, char **out
         goto out;
     type = H5Aget_type(attr);
     if (type < 0) {
-        st = ckpt_h5_raise(TDL_ERR_CORRUPT, "%s: cannot read the type of the root attribute %s",
+        st = ckpt_h5_raise(TDL_ERR_CORRUPT, "%s: cannot read the type of the attribute %s",
                            path, key);
         goto out;
     }
     H5T_class_t cls = H5Tget_class(type);
     if (cls != H5T_STRING) {
         st = tdl_error_raise(TDL_ERR_MISMATCH,
-                             "%s: the root attribute %s holds %s data, expected a string", path,
+                             "%s: the attribute %s holds %s data, expected a string", path,
                              key, ckpt_class_str(cls));
         goto out;
     }
@@ -860,7 +893,7 @@ out:
     return st;
 }
 
-tdl_status_t ckpt_weights_has_group(const char *path, const char *group, bool *out)
+static tdl_status_t ckpt_weights_has_group_unlocked(const char *path, const char *group, bool *out)
 {
     if (!path || !*path || !ckpt_name_ok(group) || !out)
         return tdl_error_raise(TDL_ERR_INVALID_ARG,
@@ -881,5 +914,70 @@ tdl_status_t ckpt_weights_has_group(const char *path, const char *group, bool *o
     ckpt_h5_restore(&quiet);
     if (st == TDL_OK)
         *out = has;
+    return st;
+}
+
+/* ---- one caller at a time: HDF5 is built without thread safety ---------------------------- */
+
+static pthread_mutex_t ckpt_mutex = PTHREAD_MUTEX_INITIALIZER;
+
+void ckpt_lock(void)
+{
+    pthread_mutex_lock(&ckpt_mutex);
+}
+
+void ckpt_unlock(void)
+{
+    pthread_mutex_unlock(&ckpt_mutex);
+}
+
+tdl_status_t ckpt_file_write(const char *path, const ckpt_tensor_t *model,
+                             const ckpt_tensor_t *ema, int count, const ckpt_group_t *extra,
+                             int nextra, const ckpt_attr_t *attrs, int nattrs)
+{
+    ckpt_lock();
+    tdl_status_t st = ckpt_file_write_unlocked(path, model, ema, count, extra, nextra, attrs, nattrs);
+    ckpt_unlock();
+    return st;
+}
+
+tdl_status_t ckpt_weights_read(const char *path, const char *group, ckpt_tensor_t *tensors,
+                               int count)
+{
+    ckpt_lock();
+    tdl_status_t st = ckpt_weights_read_unlocked(path, group, tensors, count);
+    ckpt_unlock();
+    return st;
+}
+
+tdl_status_t ckpt_attr_read_int(const char *path, const char *key, int64_t *out)
+{
+    ckpt_lock();
+    tdl_status_t st = ckpt_attr_read_int_unlocked(path, key, out);
+    ckpt_unlock();
+    return st;
+}
+
+tdl_status_t ckpt_attr_read_double(const char *path, const char *key, double *out)
+{
+    ckpt_lock();
+    tdl_status_t st = ckpt_attr_read_double_unlocked(path, key, out);
+    ckpt_unlock();
+    return st;
+}
+
+tdl_status_t ckpt_attr_read_string(const char *path, const char *key, char **out)
+{
+    ckpt_lock();
+    tdl_status_t st = ckpt_attr_read_string_unlocked(path, key, out);
+    ckpt_unlock();
+    return st;
+}
+
+tdl_status_t ckpt_weights_has_group(const char *path, const char *group, bool *out)
+{
+    ckpt_lock();
+    tdl_status_t st = ckpt_weights_has_group_unlocked(path, group, out);
+    ckpt_unlock();
     return st;
 }

@@ -3,11 +3,13 @@
 #include "config.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "codec/codec.h"
@@ -68,6 +70,10 @@ static const tdl_param_def_t train_params[] = {
      0},
     {"ckpt-every", TDL_PARAM_INT, "500", "checkpoint every N steps (0: only at the end)", NULL, 0,
      1e12},
+    {"ckpt-async", TDL_PARAM_BOOL, "true",
+     "write periodic checkpoints from a background thread (training stalls only for a copy of "
+     "the state); the last one and one on a signal are written before exiting",
+     NULL, 0, 0},
     {"keep", TDL_PARAM_INT, "3", "checkpoints kept (the newest; never fewer than one)", NULL, 1,
      1e6},
     {"resume", TDL_PARAM_STRING, "auto",
@@ -94,6 +100,55 @@ static tdl_status_t mkdir_p(const char *path)
         return tdl_error_raise(TDL_ERR_IO, "cannot create directory '%s': %s", buf,
                                strerror(errno));
     return TDL_OK;
+}
+
+/* SIGTERM and SIGUSR1 (Slurm's --signal=B:USR1@60 before a preemption): finish the step, write
+ * a checkpoint, exit 0. A second signal exits at once; checkpoints on disk are complete files
+ * or the previous ones, whatever moment it comes. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig)
+{
+    if (stop_signal)
+        _exit(128 + sig);
+    stop_signal = sig;
+}
+
+static void install_stop_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+}
+
+/* After a resume from step `step`: loss.csv keeps only the rows up to it (a crash after the
+ * checkpoint leaves rows the resumed run writes again). */
+static void loss_csv_truncate(const char *path, int64_t step)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    char tmp[1200], line[512];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *o = fopen(tmp, "w");
+    if (!o) {
+        fclose(f);
+        return;
+    }
+    while (fgets(line, sizeof(line), f)) {
+        long long k;
+        if (sscanf(line, "%lld,", &k) == 1 && k > step)
+            continue;
+        fputs(line, o);
+    }
+    fclose(f);
+    if (fclose(o) == 0)
+        rename(tmp, path);
+    else
+        unlink(tmp);
 }
 
 /* The loss curve as a PNG, drawn by gnuplot where it is installed. */
@@ -149,6 +204,7 @@ static int train_run(tdl_params_t *params, int npos, char **pos)
     if (!ckpt_dir[0])
         snprintf(ckpt_dir, sizeof(ckpt_dir), "%s/ckpt", out_dir);
     int64_t ckpt_every = tdl_param_int(params, "ckpt-every");
+    bool ckpt_async = tdl_param_bool(params, "ckpt-async");
     int keep = (int)tdl_param_int(params, "keep");
     const char *resume = tdl_param_str(params, "resume");
     dit_config_t probe;
@@ -169,6 +225,8 @@ static int train_run(tdl_params_t *params, int npos, char **pos)
     train_trainer_t *tr = NULL;
     FILE *csv = NULL;
     int *ranks = NULL;
+    train_ckpt_writer_t *writer = NULL;
+    bool stopped = false;
     gfc_group_t group, *g = NULL;
     if (me.size > 1) {
         gfc_runtime_config_t gc;
@@ -191,11 +249,11 @@ static int train_run(tdl_params_t *params, int npos, char **pos)
         goto out;
     char from[1100] = "";
     if (!strcmp(resume, "auto")) {
-        st = train_checkpoint_resume_auto(tr, ckpt_dir, from, sizeof(from));
+        st = train_checkpoint_resume_auto(tr, ckpt_dir, me.rank == 0, from, sizeof(from));
         if (st == TDL_ERR_NOT_FOUND)
             st = TDL_OK, from[0] = '\0';
     } else if (strcmp(resume, "none") != 0) {
-        st = train_checkpoint_restore(tr, resume);
+        st = train_checkpoint_restore_rank(tr, resume, me.rank == 0);
         snprintf(from, sizeof(from), "%s", resume);
     }
     if (st != TDL_OK)
@@ -208,6 +266,8 @@ static int train_run(tdl_params_t *params, int npos, char **pos)
                    (long long)train_trainer_steps_done(tr));
         char path[1100];
         snprintf(path, sizeof(path), "%s/loss.csv", out_dir);
+        if (from[0])
+            loss_csv_truncate(path, train_trainer_steps_done(tr));
         if (!(csv = fopen(path, from[0] ? "a" : "w"))) {
             st = tdl_error_raise(TDL_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
             goto out;
@@ -220,6 +280,9 @@ static int train_run(tdl_params_t *params, int npos, char **pos)
                me.size > 1 ? "s" : "");
         fflush(stdout);
     }
+    install_stop_signals();
+    if (me.rank == 0 && ckpt_async && (st = train_ckpt_writer_create(&writer)) != TDL_OK)
+        goto out;
     double t0 = tdl_clock_s(), t_last = t0, ema_loss = 0;
     int64_t first_step = train_trainer_steps_done(tr), last_step = first_step;
     for (int64_t s = first_step; s < o.steps; s++) {
@@ -251,17 +314,63 @@ static int train_run(tdl_params_t *params, int npos, char **pos)
             t_last = now;
             last_step = s + 1;
         }
-        bool last = s + 1 == o.steps;
-        if (me.rank == 0 && (last || (ckpt_every > 0 && (s + 1) % ckpt_every == 0))) {
-            char saved[1100];
-            if ((st = train_checkpoint_dir_save(tr, ckpt_dir, keep, me.size, saved,
-                                                sizeof(saved))) != TDL_OK)
+        /* a signal on any rank stops every rank after the same step */
+        int32_t stop = stop_signal, any = stop;
+        if (g && (st = gfc_allreduce(g, &stop, &any, 1, GFC_DT_I32, GFC_OP_MAX, NULL)))
+            goto out;
+        bool last = s + 1 == o.steps || any;
+        if (last || (ckpt_every > 0 && (s + 1) % ckpt_every == 0)) {
+            /* error-feedback residuals: their sum over the ranks is what a resume needs */
+            size_t nres = 0;
+            float *res = train_codec_residual_of(tr, &nres), *sum = NULL;
+            if (res && g) {
+                sum = malloc(nres * sizeof(float));
+                if (!sum || (st = gfc_allreduce(g, res, sum, nres, GFC_DT_F32, GFC_OP_SUM, NULL))) {
+                    free(sum);
+                    if (st == TDL_OK)
+                        st = tdl_error_raise(TDL_ERR_NOMEM, "checkpoint: out of memory");
+                    goto out;
+                }
+            }
+            if (me.rank == 0) {
+                char saved[1100];
+                double copy_s = 0;
+                if (!last && ckpt_async && writer) {
+                    st = train_checkpoint_dir_save_async(tr, writer, ckpt_dir, keep, me.size,
+                                                         sum ? sum : res, &copy_s);
+                    if (st == TDL_OK)
+                        printf("checkpoint %s/ckpt-%08lld.h5 (writing in the background; "
+                               "training stalled %.1f ms for the copy)\n",
+                               ckpt_dir, (long long)(s + 1), copy_s * 1e3);
+                } else {
+                    if (writer && (st = train_ckpt_writer_wait(writer, NULL, 0)) != TDL_OK) {
+                        free(sum);
+                        goto out;
+                    }
+                    st = train_checkpoint_dir_save_res(tr, ckpt_dir, keep, me.size,
+                                                       sum ? sum : res, saved, sizeof(saved));
+                    if (st == TDL_OK && (!last || any))
+                        printf("checkpoint %s\n", saved);
+                }
+                fflush(stdout);
+            }
+            free(sum);
+            if (st != TDL_OK)
                 goto out;
-            if (!last)
-                printf("checkpoint %s\n", saved);
+        }
+        if (any) {
+            if (me.rank == 0)
+                printf("tidal train: stopped after step %lld on %s; resume with the same "
+                       "command\n",
+                       (long long)(s + 1), any == SIGTERM ? "SIGTERM" : "SIGUSR1");
+            stopped = true;
+            break;
         }
     }
-    if (me.rank == 0) {
+    if (me.rank == 0 && stopped) {
+        fclose(csv);
+        csv = NULL;
+    } else if (me.rank == 0) {
         double secs = tdl_clock_s() - t0;
         char path[1100];
         snprintf(path, sizeof(path), "%s/model.h5", out_dir);
@@ -279,6 +388,14 @@ static int train_run(tdl_params_t *params, int npos, char **pos)
     }
     rc = CLI_EXIT_OK;
 out:
+    if (writer) {
+        tdl_status_t wst = train_ckpt_writer_wait(writer, NULL, 0);
+        if (wst != TDL_OK && st == TDL_OK) {
+            st = wst;
+            rc = CLI_EXIT_FAILURE;
+        }
+        train_ckpt_writer_free(writer);
+    }
     if (st != TDL_OK)
         fprintf(stderr, "tidal[%d]: train: %s\n", me.rank, tdl_error_get());
     if (csv)

@@ -14,6 +14,7 @@ struct train_codec {
     uint64_t seed;
     gfc_codec_ops_t ops;
     gfc_codec_t hook;
+    int64_t step;        /* >= 0: keys the random streams (train_codec_set_step) */
     float *residual;     /* error feedback: [n], NULL when off */
     size_t n;
     float *scratch;      /* decoded values of one encoding */
@@ -54,8 +55,11 @@ static void where_of(const train_codec_t *t, const gfc_codec_hop_t *h, codec_whe
     w->hop = h->hop;
     w->contributions = h->contributions;
     w->group_size = h->group_size;
-    w->stream = codec_stream_make(h->group_id, h->seq, h->chunk);
-    w->collective = codec_stream_make(h->group_id, h->seq, 0);
+    /* keyed by the training step when there is one: the same bits after a resume */
+    uint64_t id = t->step >= 0 ? 0x7374657000000000ull : h->group_id;
+    uint64_t seq = t->step >= 0 ? (uint64_t)t->step : h->seq;
+    w->stream = codec_stream_make(id, seq, h->chunk);
+    w->collective = codec_stream_make(id, seq, 0);
     w->offset = h->offset;
 }
 
@@ -129,6 +133,7 @@ tdl_status_t train_codec_create_config(const char *name, const void *config, uin
         return st;
     }
     t->seed = seed;
+    t->step = -1;
     t->ops = (gfc_codec_ops_t){.name = t->codec->ops->name,
                                .max_encoded_bytes = hook_max,
                                .encode = hook_encode,
@@ -158,6 +163,12 @@ tdl_status_t train_codec_error_feedback(train_codec_t *t, size_t n)
     if (!t->residual)
         return tdl_error_raise(TDL_ERR_NOMEM, "error feedback: no memory for %zu values", n);
     return TDL_OK;
+}
+
+void train_codec_set_step(train_codec_t *t, int64_t step)
+{
+    if (t)
+        t->step = step;
 }
 
 void train_codec_apply_residual(train_codec_t *t, float *grads, size_t n)

@@ -25,6 +25,8 @@
 
 #include <hdf5.h>
 
+#include "ckpt/ckpt.h"
+
 #include "train/train.h"
 
 #define H5_HINT "see doc/data.md for the format"
@@ -261,12 +263,14 @@ tdl_status_t train_dataset_open_hdf5(const char *path, train_dataset_t **out)
      * repeat them in its words. */
     H5E_auto2_t efunc;
     void *edata;
+    ckpt_lock(); /* one HDF5 caller at a time, a background checkpoint writer included */
     H5Eget_auto2(H5E_DEFAULT, &efunc, &edata);
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     train_dataset_t *ds;
     tdl_status_t st = h5_load(&ld, &ds);
     h5_load_close(&ld);
     H5Eset_auto2(H5E_DEFAULT, efunc, edata);
+    ckpt_unlock();
     if (st == TDL_OK)
         *out = ds;
     return st;

@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "core/core.h"
@@ -136,6 +137,9 @@ typedef struct train_opts {
 
 typedef struct train_trainer train_trainer_t;
 
+/* Losses a trainer remembers (and a checkpoint keeps in /train/loss_history). */
+#define TRAIN_LOSS_HISTORY 1024
+
 /* Builds the model (reference initialization from opts->seed), the optimizer, EMA weights, the
  * data set and its sampler. */
 tdl_status_t train_trainer_create(const train_opts_t *opts, train_trainer_t **out);
@@ -177,19 +181,58 @@ tdl_status_t train_weights_load(const char *path, const char *group, int max_bat
  * randomness is keyed by (seed, step, position), so nothing else is needed to continue bit for
  * bit. */
 tdl_status_t train_checkpoint_save(train_trainer_t *tr, const char *path, int world_size);
-/* Refuses (TDL_ERR_MISMATCH) a file from another model, seed or global batch. */
+/* Refuses (TDL_ERR_MISMATCH) a file from another model, seed or global batch. The world size
+ * may differ: the global batch and the data order do not depend on it. */
 tdl_status_t train_checkpoint_restore(train_trainer_t *tr, const char *path);
+/* The same; residual: this rank takes the saved sum of the error-feedback residuals (one rank
+ * should), else its residual starts at zero. */
+tdl_status_t train_checkpoint_restore_rank(train_trainer_t *tr, const char *path, bool residual);
+/* The last losses, oldest first, as (step, loss): up to max rows; answers the count. */
+int train_trainer_loss_history(const train_trainer_t *tr, float (*out)[2], int max);
+
+/* A copy of everything a checkpoint holds, taken at a step boundary (the only stall). */
+typedef struct train_ckpt_state train_ckpt_state_t;
+/* Into *state (allocated when NULL, reused otherwise); residual_sum: the error-feedback
+ * residuals summed over the ranks (NULL: none saved). */
+tdl_status_t train_checkpoint_capture(train_trainer_t *tr, int world_size,
+                                      const float *residual_sum, train_ckpt_state_t **state);
+tdl_status_t train_checkpoint_write(const train_ckpt_state_t *state, const char *path);
+
+/* A background checkpoint writer: one thread, one checkpoint in flight. */
+typedef struct train_ckpt_writer train_ckpt_writer_t;
+tdl_status_t train_ckpt_writer_create(train_ckpt_writer_t **out);
+/* Waits for the previous write (its error is returned here), copies the state (copy_s_out: how
+ * long: the training stall), and returns while the thread writes dir/ckpt-<step>.h5, then
+ * dir/latest, then prunes to `keep`, as train_checkpoint_dir_save does. */
+tdl_status_t train_checkpoint_dir_save_async(train_trainer_t *tr, train_ckpt_writer_t *w,
+                                             const char *dir, int keep, int world_size,
+                                             const float *residual_sum, double *copy_s_out);
+/* Waits for the write in flight; its status, and path_out its file. */
+tdl_status_t train_ckpt_writer_wait(train_ckpt_writer_t *w, char *path_out, size_t size);
+/* Waits, then stops the thread. */
+void train_ckpt_writer_free(train_ckpt_writer_t *w);
 /* dir/ckpt-<step>.h5, then dir/latest, then removes all but the newest `keep`. */
 tdl_status_t train_checkpoint_dir_save(train_trainer_t *tr, const char *dir, int keep,
                                        int world_size, char *path_out, size_t size);
+/* The same with the error-feedback residuals summed over the ranks (NULL: none). */
+tdl_status_t train_checkpoint_dir_save_res(train_trainer_t *tr, const char *dir, int keep,
+                                           int world_size, const float *residual_sum,
+                                           char *path_out, size_t size);
 /* Restores the newest checkpoint in dir that reads and verifies, saying which newer ones it
- * skipped; TDL_ERR_NOT_FOUND when there is none. */
-tdl_status_t train_checkpoint_resume_auto(train_trainer_t *tr, const char *dir, char *path_out,
-                                          size_t size);
+ * skipped; TDL_ERR_NOT_FOUND when there is none. residual as in train_checkpoint_restore_rank. */
+tdl_status_t train_checkpoint_resume_auto(train_trainer_t *tr, const char *dir, bool residual,
+                                          char *path_out, size_t size);
+/* This trainer's error-feedback residual (NULL without error feedback). */
+float *train_codec_residual_of(train_trainer_t *tr, size_t *n_out);
 
 /* Reads every group of a weights or checkpoint file in full (shapes against the configuration,
  * Fletcher32 checksums); on success summary says what is in it. */
 tdl_status_t train_checkpoint_verify(const char *path, char *summary, size_t size);
+/* A human summary of a weights or checkpoint file (verified first) on out. */
+tdl_status_t train_checkpoint_info(const char *path, FILE *out);
+/* The largest |a - b| of every tensor of every group both files hold, on out; the largest of
+ * all in *largest. Different models: TDL_ERR_MISMATCH. */
+tdl_status_t train_checkpoint_diff(const char *a, const char *b, FILE *out, double *largest);
 
 /* ==== compressed gradient all-reduce (src/train/allreduce_codec.c) ======================== */
 
@@ -206,6 +249,9 @@ const gfc_codec_t *train_codec_hook(const train_codec_t *codec);
 /* Error feedback over a vector of n values: from now on every encoding this rank makes adds its
  * error (input minus what the encoding decodes to) to a residual at the values' offset. */
 tdl_status_t train_codec_error_feedback(train_codec_t *codec, size_t n);
+/* From now on the codec's random streams are keyed by this training step instead of gfc's
+ * collective count, so a resumed run rounds exactly as an uninterrupted one. */
+void train_codec_set_step(train_codec_t *codec, int64_t step);
 /* grads += residual, then residual = 0 (no-op without error feedback). */
 void train_codec_apply_residual(train_codec_t *codec, float *grads, size_t n);
 /* The residual (NULL without error feedback), for checkpoints. */

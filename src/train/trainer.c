@@ -26,6 +26,8 @@ struct train_trainer {
     float *x0, *noise, *x_t, *target, *out, *dout, *t; /* [micro_batch, ...] */
     int *y;
     train_codec_t *codec;                  /* NULL: exact f32 all-reduce */
+    float loss_hist[TRAIN_LOSS_HISTORY][2]; /* (step, loss) of the last steps, a ring */
+    int64_t loss_count;                    /* losses recorded since the start of training */
 };
 
 #define TRAIN_STREAM_SAMPLE 0x73616d706c65ull /* "sample": noise, t and label dropout */
@@ -271,6 +273,7 @@ tdl_status_t train_trainer_step(train_trainer_t *tr, gfc_group_t *group, double 
             return TDL_OK;
         }
         train_codec_apply_residual(tr->codec, m->grads, m->num_params);
+        train_codec_set_step(tr->codec, tr->step); /* rounding follows the step, not gfc's count */
         gfc_allreduce_opts_t ar = {.algo = GFC_ALLREDUCE_AUTO,
                                    .codec = tr->codec ? train_codec_hook(tr->codec) : NULL};
         if ((st = gfc_allreduce(group, m->grads, m->grads, m->num_params, GFC_DT_F32, GFC_OP_SUM,
@@ -295,6 +298,8 @@ tdl_status_t train_trainer_step(train_trainer_t *tr, gfc_group_t *group, double 
         train_ema_update(tr->ema, m->params, m->num_params, TDL_MIN(o->ema_decay, warm));
     }
     tr->step++;
+    float *h = tr->loss_hist[tr->loss_count++ % TRAIN_LOSS_HISTORY];
+    h[0] = (float)(tr->step - 1), h[1] = (float)(loss_sum / o->batch);
     if (loss_out)
         *loss_out = loss_sum / o->batch;
     if (skipped_out)
@@ -334,40 +339,145 @@ const float *train_trainer_ema(const train_trainer_t *tr)
 #include "ckpt/ckpt.h"
 #include "train/train_internal.h"
 
-tdl_status_t train_checkpoint_save(train_trainer_t *tr, const char *path, int world_size)
+/* Everything a checkpoint holds, copied out of the trainer at a step boundary: what the
+ * background writer writes while training goes on. */
+struct train_ckpt_state {
+    const dit_model_t *model; /* names and shapes only (they never change) */
+    size_t np;
+    float *buf;               /* params | ema | adamw m | adamw v, np each */
+    float *residual;          /* the sum over ranks of the error-feedback residuals, or NULL */
+    float loss[TRAIN_LOSS_HISTORY][2];
+    int nloss;
+    int64_t step, adamw_step, epoch, pos, world_size;
+    uint64_t seed;
+    int batch;
+    float lr;
+    int64_t warmup;
+};
+
+static void ckpt_state_free(train_ckpt_state_t *cs)
+{
+    if (cs) {
+        free(cs->buf);
+        free(cs->residual);
+        free(cs);
+    }
+}
+
+tdl_status_t train_checkpoint_capture(train_trainer_t *tr, int world_size,
+                                      const float *residual_sum, train_ckpt_state_t **out)
 {
     dit_model_t *m = tr->model;
-    const dit_config_t *c = &m->config;
-    ckpt_tensor_t *pt = train_tensors_of(m, m->params), *et = train_tensors_of(m, tr->ema);
-    ckpt_tensor_t *mt = train_tensors_of(m, tr->opt.m), *vt = train_tensors_of(m, tr->opt.v);
+    size_t np = m->num_params;
+    train_ckpt_state_t *cs = *out;
+    if (!cs && !(cs = calloc(1, sizeof(*cs))))
+        return tdl_error_raise(TDL_ERR_NOMEM, "checkpoint: out of memory");
+    if (!cs->buf && !(cs->buf = malloc(4 * np * sizeof(float)))) {
+        ckpt_state_free(cs);
+        *out = NULL;
+        return tdl_error_raise(TDL_ERR_NOMEM, "checkpoint: no memory for a copy of the state");
+    }
+    if (residual_sum && !cs->residual && !(cs->residual = malloc(np * sizeof(float)))) {
+        ckpt_state_free(cs);
+        *out = NULL;
+        return tdl_error_raise(TDL_ERR_NOMEM, "checkpoint: no memory for the residual");
+    }
+    cs->model = m, cs->np = np;
+    memcpy(cs->buf, m->params, np * sizeof(float));
+    memcpy(cs->buf + np, tr->ema, np * sizeof(float));
+    memcpy(cs->buf + 2 * np, tr->opt.m, np * sizeof(float));
+    memcpy(cs->buf + 3 * np, tr->opt.v, np * sizeof(float));
+    if (residual_sum)
+        memcpy(cs->residual, residual_sum, np * sizeof(float));
+    else if (cs->residual)
+        free(cs->residual), cs->residual = NULL;
+    /* the loss ring, oldest first */
+    int64_t first = TDL_MAX(0, tr->loss_count - TRAIN_LOSS_HISTORY);
+    cs->nloss = (int)(tr->loss_count - first);
+    for (int i = 0; i < cs->nloss; i++)
+        memcpy(cs->loss[i], tr->loss_hist[(first + i) % TRAIN_LOSS_HISTORY], sizeof(cs->loss[i]));
+    uint64_t epoch, pos;
+    train_sampler_cursor(&tr->sampler, &epoch, &pos);
+    cs->step = tr->step, cs->adamw_step = (int64_t)tr->opt.step;
+    cs->epoch = (int64_t)epoch, cs->pos = (int64_t)pos, cs->world_size = world_size;
+    cs->seed = tr->opts.seed, cs->batch = tr->opts.batch;
+    cs->lr = tr->opts.lr, cs->warmup = tr->opts.warmup;
+    *out = cs;
+    return TDL_OK;
+}
+
+tdl_status_t train_checkpoint_write(const train_ckpt_state_t *cs, const char *path)
+{
+    const dit_model_t *m = cs->model;
+    size_t np = cs->np;
+    ckpt_tensor_t *pt = train_tensors_of(m, cs->buf), *et = train_tensors_of(m, cs->buf + np);
+    ckpt_tensor_t *mt = train_tensors_of(m, cs->buf + 2 * np);
+    ckpt_tensor_t *vt = train_tensors_of(m, cs->buf + 3 * np);
+    ckpt_tensor_t *rt = cs->residual ? train_tensors_of(m, cs->residual) : NULL;
     tdl_status_t st;
-    if (!pt || !et || !mt || !vt) {
+    if (!pt || !et || !mt || !vt || (cs->residual && !rt)) {
         st = tdl_error_raise(TDL_ERR_NOMEM, "checkpoint %s: out of memory", path);
         goto out;
     }
-    uint64_t epoch, pos;
-    train_sampler_cursor(&tr->sampler, &epoch, &pos);
-    ckpt_group_t extra[] = {{"optim/adamw/m", mt, m->ninfos}, {"optim/adamw/v", vt, m->ninfos}};
+    /* /train: where training stands. Every random stream is counter-based (Philox keyed by the
+     * seed and a stream id, or a hash of the step), so its position follows from the step: the
+     * attributes name the streams and their next counters. */
+    float loss_empty[1][2] = {{0, 0}};
+    ckpt_tensor_t lh = {.name = "loss_history",
+                        .ndim = 2,
+                        .shape = {TDL_MAX(cs->nloss, 1), 2},
+                        .data = cs->nloss ? (float *)cs->loss : (float *)loss_empty};
+    const ckpt_attr_t train_attrs[] = {
+        {.key = "step", .type = CKPT_ATTR_INT, .i = cs->step},
+        {.key = "adamw_step", .type = CKPT_ATTR_INT, .i = cs->adamw_step},
+        {.key = "data_epoch", .type = CKPT_ATTR_INT, .i = cs->epoch},
+        {.key = "data_position", .type = CKPT_ATTR_INT, .i = cs->pos},
+        {.key = "lr", .type = CKPT_ATTR_DOUBLE, .d = cs->lr},
+        {.key = "lr_schedule", .type = CKPT_ATTR_STRING, .s = "linear warm-up, then constant"},
+        {.key = "lr_warmup_steps", .type = CKPT_ATTR_INT, .i = cs->warmup},
+        {.key = "lr_at_step", .type = CKPT_ATTR_DOUBLE,
+         .d = train_lr_at((uint64_t)cs->step, cs->lr, (uint64_t)cs->warmup)},
+        {.key = "rng_sample_stream", .type = CKPT_ATTR_INT,
+         .i = (int64_t)(cs->seed ^ TRAIN_STREAM_SAMPLE)},
+        {.key = "rng_sample_next", .type = CKPT_ATTR_INT, .i = cs->step * cs->batch},
+        {.key = "rng_data_order_epoch", .type = CKPT_ATTR_INT, .i = cs->epoch},
+        {.key = "rng_codec_step", .type = CKPT_ATTR_INT, .i = cs->step},
+        {.key = "loss_history_rows", .type = CKPT_ATTR_INT, .i = cs->nloss},
+    };
+    ckpt_group_t extra[4] = {
+        {"optim/adamw/m", mt, m->ninfos, NULL, 0},
+        {"optim/adamw/v", vt, m->ninfos, NULL, 0},
+        {"train", &lh, 1, train_attrs, (int)TDL_ARRAY_SIZE(train_attrs)},
+        {"codec/residual", rt, m->ninfos, NULL, 0},
+    };
     ckpt_attr_t attrs[TRAIN_CONFIG_ATTRS + 7];
-    int na = train_config_attrs(c, attrs);
+    int na = train_config_attrs(&m->config, attrs);
     const ckpt_attr_t state[] = {
-        {.key = "step", .type = CKPT_ATTR_INT, .i = tr->step},
-        {.key = "adamw_step", .type = CKPT_ATTR_INT, .i = (int64_t)tr->opt.step},
-        {.key = "data_epoch", .type = CKPT_ATTR_INT, .i = (int64_t)epoch},
-        {.key = "data_position", .type = CKPT_ATTR_INT, .i = (int64_t)pos},
-        {.key = "seed", .type = CKPT_ATTR_INT, .i = (int64_t)tr->opts.seed},
-        {.key = "batch", .type = CKPT_ATTR_INT, .i = tr->opts.batch},
-        {.key = "world_size", .type = CKPT_ATTR_INT, .i = world_size},
+        /* also at the root, where older tidal and simple scripts look */
+        {.key = "step", .type = CKPT_ATTR_INT, .i = cs->step},
+        {.key = "seed", .type = CKPT_ATTR_INT, .i = (int64_t)cs->seed},
+        {.key = "batch", .type = CKPT_ATTR_INT, .i = cs->batch},
+        {.key = "world_size", .type = CKPT_ATTR_INT, .i = cs->world_size},
     };
     memcpy(attrs + na, state, sizeof(state));
     na += (int)TDL_ARRAY_SIZE(state);
-    st = ckpt_file_write(path, pt, et, m->ninfos, extra, 2, attrs, na);
+    st = ckpt_file_write(path, pt, et, m->ninfos, extra, rt ? 4 : 3, attrs, na);
 out:
-    free(pt), free(et), free(mt), free(vt);
+    free(pt), free(et), free(mt), free(vt), free(rt);
     return st;
 }
 
-tdl_status_t train_checkpoint_restore(train_trainer_t *tr, const char *path)
+tdl_status_t train_checkpoint_save(train_trainer_t *tr, const char *path, int world_size)
+{
+    train_ckpt_state_t *cs = NULL;
+    tdl_status_t st = train_checkpoint_capture(tr, world_size, NULL, &cs);
+    if (st == TDL_OK)
+        st = train_checkpoint_write(cs, path);
+    ckpt_state_free(cs);
+    return st;
+}
+
+tdl_status_t train_checkpoint_restore_rank(train_trainer_t *tr, const char *path, bool residual)
 {
     dit_model_t *m = tr->model;
     int64_t v;
@@ -387,20 +497,30 @@ tdl_status_t train_checkpoint_restore(train_trainer_t *tr, const char *path)
                                    "settings)",
                                    path, same[i], (long long)v, (long long)want[i]);
     }
-    int64_t step, astep, epoch, pos;
-    if ((st = ckpt_attr_read_int(path, "step", &step)) || (st = ckpt_attr_read_int(path, "adamw_step", &astep)) ||
-        (st = ckpt_attr_read_int(path, "data_epoch", &epoch)) ||
-        (st = ckpt_attr_read_int(path, "data_position", &pos)))
+    int64_t step, astep, epoch, pos, rows = 0;
+    if ((st = ckpt_attr_read_int(path, "train/step", &step)) ||
+        (st = ckpt_attr_read_int(path, "train/adamw_step", &astep)) ||
+        (st = ckpt_attr_read_int(path, "train/data_epoch", &epoch)) ||
+        (st = ckpt_attr_read_int(path, "train/data_position", &pos)) ||
+        (st = ckpt_attr_read_int(path, "train/loss_history_rows", &rows)))
         return st;
+    if (rows < 0 || rows > TRAIN_LOSS_HISTORY)
+        return tdl_error_raise(TDL_ERR_CORRUPT, "%s: /train/loss_history_rows is %lld, not 0 to %d",
+                               path, (long long)rows, TRAIN_LOSS_HISTORY);
     /* All or nothing: everything is read into scratch first, so a file that fails half-way
      * leaves the trainer as it was (resume falls back to an older file). */
     size_t np = m->num_params;
-    float *buf = malloc(4 * np * sizeof(float));
+    float *buf = malloc(5 * np * sizeof(float));
+    float hist[TRAIN_LOSS_HISTORY][2];
+    ckpt_tensor_t lh = {.name = "loss_history", .ndim = 2, .shape = {(int)TDL_MAX(rows, 1), 2},
+                        .data = &hist[0][0]};
     ckpt_tensor_t *pt = buf ? train_tensors_of(m, buf) : NULL;
     ckpt_tensor_t *et = buf ? train_tensors_of(m, buf + np) : NULL;
     ckpt_tensor_t *mt = buf ? train_tensors_of(m, buf + 2 * np) : NULL;
     ckpt_tensor_t *vt = buf ? train_tensors_of(m, buf + 3 * np) : NULL;
-    if (!pt || !et || !mt || !vt)
+    ckpt_tensor_t *rt = buf ? train_tensors_of(m, buf + 4 * np) : NULL;
+    bool has_res = false;
+    if (!pt || !et || !mt || !vt || !rt)
         st = tdl_error_raise(TDL_ERR_NOMEM, "checkpoint %s: out of memory", path);
     if (st == TDL_OK)
         st = ckpt_weights_read(path, "model", pt, m->ninfos);
@@ -411,19 +531,48 @@ tdl_status_t train_checkpoint_restore(train_trainer_t *tr, const char *path)
     if (st == TDL_OK)
         st = ckpt_weights_read(path, "optim/adamw/v", vt, m->ninfos);
     if (st == TDL_OK)
+        st = ckpt_weights_read(path, "train", &lh, 1);
+    if (st == TDL_OK && residual && tr->codec && train_codec_residual(tr->codec, NULL))
+        st = ckpt_weights_has_group(path, "codec", &has_res);
+    if (st == TDL_OK && has_res)
+        st = ckpt_weights_read(path, "codec/residual", rt, m->ninfos);
+    if (st == TDL_OK)
         st = train_sampler_seek(&tr->sampler, (uint64_t)epoch, (uint64_t)pos);
     if (st == TDL_OK) {
         memcpy(m->params, buf, np * sizeof(float));
         memcpy(tr->ema, buf + np, np * sizeof(float));
         memcpy(tr->opt.m, buf + 2 * np, np * sizeof(float));
         memcpy(tr->opt.v, buf + 3 * np, np * sizeof(float));
+        /* the residuals' sum goes to one rank (residual = true): the sum of all is what matters */
+        size_t nr;
+        float *res = tr->codec ? train_codec_residual(tr->codec, &nr) : NULL;
+        if (res)
+            for (size_t i = 0; i < TDL_MIN(nr, np); i++)
+                res[i] = has_res ? buf[4 * np + i] : 0.0f;
+        tr->loss_count = rows;
+        for (int64_t i = 0; i < rows; i++)
+            memcpy(tr->loss_hist[i], hist[i], sizeof(hist[i]));
     }
-    free(pt), free(et), free(mt), free(vt), free(buf);
+    free(pt), free(et), free(mt), free(vt), free(rt), free(buf);
     if (st != TDL_OK)
         return st;
     tr->step = step;
     tr->opt.step = (uint64_t)astep;
     return TDL_OK;
+}
+
+tdl_status_t train_checkpoint_restore(train_trainer_t *tr, const char *path)
+{
+    return train_checkpoint_restore_rank(tr, path, true);
+}
+
+int train_trainer_loss_history(const train_trainer_t *tr, float (*out)[2], int max)
+{
+    int64_t first = TDL_MAX(0, tr->loss_count - TRAIN_LOSS_HISTORY);
+    int n = (int)TDL_MIN((int64_t)max, tr->loss_count - first);
+    for (int i = 0; i < n; i++)
+        memcpy(out[i], tr->loss_hist[(first + i) % TRAIN_LOSS_HISTORY], sizeof(out[i]));
+    return n;
 }
 
 /* Checkpoint files in dir, newest step first: "ckpt-<step>.h5". */
@@ -450,21 +599,16 @@ static int ckpt_list(const char *dir, int64_t *steps, int max)
     return n;
 }
 
-tdl_status_t train_checkpoint_dir_save(train_trainer_t *tr, const char *dir, int keep,
-                                       int world_size, char *path_out, size_t size)
+/* After dir/ckpt-<step>.h5 is on disk: "latest" names it, and only the newest `keep` stay. */
+static tdl_status_t ckpt_publish(const char *dir, const char *path, int keep)
 {
-    char path[1024], tmp[1100], latest[1100];
-    snprintf(path, sizeof(path), "%s/ckpt-%08lld.h5", dir, (long long)tr->step);
-    tdl_status_t st = train_checkpoint_save(tr, path, world_size);
-    if (st != TDL_OK)
-        return st;
-    /* "latest" names the newest file; replaced atomically like the file itself. */
+    char tmp[1100], latest[1100];
     snprintf(latest, sizeof(latest), "%s/latest", dir);
     snprintf(tmp, sizeof(tmp), "%s/latest.tmp.%ld", dir, (long)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return tdl_error_raise(TDL_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
-    const char *base = strrchr(path, '/') + 1;
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
     char line[300];
     int len = snprintf(line, sizeof(line), "%s\n", base);
     if (write(fd, line, (size_t)len) != len) {
@@ -472,7 +616,8 @@ tdl_status_t train_checkpoint_dir_save(train_trainer_t *tr, const char *dir, int
         unlink(tmp);
         return tdl_error_raise(TDL_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
     }
-    if ((st = tdl_file_commit(fd, tmp, latest)) != TDL_OK)
+    tdl_status_t st = tdl_file_commit(fd, tmp, latest);
+    if (st != TDL_OK)
         return st;
     /* Keep the newest `keep`; the one just written is among them, so a good file always stays. */
     int64_t steps[4096];
@@ -482,20 +627,160 @@ tdl_status_t train_checkpoint_dir_save(train_trainer_t *tr, const char *dir, int
         snprintf(old, sizeof(old), "%s/ckpt-%08lld.h5", dir, (long long)steps[i]);
         unlink(old);
     }
-    if (path_out)
-        snprintf(path_out, size, "%s", path);
     return TDL_OK;
 }
 
-tdl_status_t train_checkpoint_resume_auto(train_trainer_t *tr, const char *dir, char *path_out,
-                                          size_t size)
+tdl_status_t train_checkpoint_dir_save_res(train_trainer_t *tr, const char *dir, int keep,
+                                           int world_size, const float *residual_sum,
+                                           char *path_out, size_t size)
+{
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/ckpt-%08lld.h5", dir, (long long)tr->step);
+    train_ckpt_state_t *cs = NULL;
+    tdl_status_t st = train_checkpoint_capture(tr, world_size, residual_sum, &cs);
+    if (st == TDL_OK)
+        st = train_checkpoint_write(cs, path);
+    ckpt_state_free(cs);
+    if (st == TDL_OK)
+        st = ckpt_publish(dir, path, keep);
+    if (st == TDL_OK && path_out)
+        snprintf(path_out, size, "%s", path);
+    return st;
+}
+
+tdl_status_t train_checkpoint_dir_save(train_trainer_t *tr, const char *dir, int keep,
+                                       int world_size, char *path_out, size_t size)
+{
+    return train_checkpoint_dir_save_res(tr, dir, keep, world_size, NULL, path_out, size);
+}
+
+float *train_codec_residual_of(train_trainer_t *tr, size_t *n_out)
+{
+    return tr->codec ? train_codec_residual(tr->codec, n_out) : (*n_out = 0, NULL);
+}
+
+/* ---- the background writer ---------------------------------------------------------------- */
+
+#include <pthread.h>
+
+struct train_ckpt_writer {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool busy, quit, started;
+    train_ckpt_state_t *state;
+    char dir[1024], path[1100];
+    int keep;
+    tdl_status_t status;  /* of the last write */
+    char error[512];
+};
+
+static void *writer_main(void *arg)
+{
+    train_ckpt_writer_t *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->busy && !w->quit)
+            pthread_cond_wait(&w->cv, &w->mu);
+        if (!w->busy && w->quit)
+            break;
+        pthread_mutex_unlock(&w->mu);
+        tdl_status_t st = train_checkpoint_write(w->state, w->path);
+        if (st == TDL_OK)
+            st = ckpt_publish(w->dir, w->path, w->keep);
+        pthread_mutex_lock(&w->mu);
+        w->status = st;
+        snprintf(w->error, sizeof(w->error), "%s", st ? tdl_error_get() : "");
+        w->busy = false;
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+tdl_status_t train_ckpt_writer_create(train_ckpt_writer_t **out)
+{
+    train_ckpt_writer_t *w = calloc(1, sizeof(*w));
+    if (!w)
+        return tdl_error_raise(TDL_ERR_NOMEM, "checkpoint writer: out of memory");
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    if (pthread_create(&w->thread, NULL, writer_main, w) != 0) {
+        pthread_mutex_destroy(&w->mu);
+        pthread_cond_destroy(&w->cv);
+        free(w);
+        return tdl_error_raise(TDL_ERR_IO, "checkpoint writer: cannot start its thread");
+    }
+    w->started = true;
+    *out = w;
+    return TDL_OK;
+}
+
+tdl_status_t train_ckpt_writer_wait(train_ckpt_writer_t *w, char *path_out, size_t size)
+{
+    pthread_mutex_lock(&w->mu);
+    while (w->busy)
+        pthread_cond_wait(&w->cv, &w->mu);
+    tdl_status_t st = w->status;
+    if (st != TDL_OK)
+        tdl_error_raise(st, "%s", w->error);
+    if (path_out)
+        snprintf(path_out, size, "%s", w->path);
+    w->status = TDL_OK;
+    pthread_mutex_unlock(&w->mu);
+    return st;
+}
+
+tdl_status_t train_checkpoint_dir_save_async(train_trainer_t *tr, train_ckpt_writer_t *w,
+                                             const char *dir, int keep, int world_size,
+                                             const float *residual_sum, double *copy_s_out)
+{
+    /* the previous write first: its error is reported here, and its buffer is reused */
+    tdl_status_t st = train_ckpt_writer_wait(w, NULL, 0);
+    if (st != TDL_OK)
+        return st;
+    double t0 = tdl_clock_s();
+    if ((st = train_checkpoint_capture(tr, world_size, residual_sum, &w->state)) != TDL_OK)
+        return st;
+    if (copy_s_out)
+        *copy_s_out = tdl_clock_s() - t0;
+    pthread_mutex_lock(&w->mu);
+    snprintf(w->dir, sizeof(w->dir), "%s", dir);
+    snprintf(w->path, sizeof(w->path), "%s/ckpt-%08lld.h5", dir, (long long)tr->step);
+    w->keep = keep;
+    w->busy = true;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    return TDL_OK;
+}
+
+void train_ckpt_writer_free(train_ckpt_writer_t *w)
+{
+    if (!w)
+        return;
+    pthread_mutex_lock(&w->mu);
+    while (w->busy)
+        pthread_cond_wait(&w->cv, &w->mu);
+    w->quit = true;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    if (w->started)
+        pthread_join(w->thread, NULL);
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    ckpt_state_free(w->state);
+    free(w);
+}
+
+tdl_status_t train_checkpoint_resume_auto(train_trainer_t *tr, const char *dir, bool residual,
+                                          char *path_out, size_t size)
 {
     int64_t steps[4096];
     int n = ckpt_list(dir, steps, (int)TDL_ARRAY_SIZE(steps));
     for (int i = 0; i < n; i++) {
         char path[1024];
         snprintf(path, sizeof(path), "%s/ckpt-%08lld.h5", dir, (long long)steps[i]);
-        tdl_status_t st = train_checkpoint_restore(tr, path);
+        tdl_status_t st = train_checkpoint_restore_rank(tr, path, residual);
         if (st == TDL_OK) {
             snprintf(path_out, size, "%s", path);
             return TDL_OK;

@@ -2,6 +2,8 @@
  * names, and the configuration as attributes, one per field and the whole as JSON. */
 #include "config.h"
 
+#include <math.h>
+
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,28 +127,66 @@ tdl_status_t train_weights_load(const char *path, const char *group, int max_bat
     return TDL_OK;
 }
 
+/* The groups of tensors a file may hold besides /model: (group looked for, group read). */
+static const char *const train_groups[][2] = {{"ema", "ema"},
+                                              {"optim", "optim/adamw/m"},
+                                              {"optim", "optim/adamw/v"},
+                                              {"codec", "codec/residual"}};
+
 tdl_status_t train_checkpoint_verify(const char *path, char *summary, size_t size)
 {
     dit_model_t *m;
     tdl_status_t st = train_weights_load(path, "model", 1, 0, &m);
     if (st != TDL_OK)
         return st;
-    /* Every further group present is read in full too: that is what checks its checksums. */
-    /* (group to look for, group to read): nested groups are looked for by their top name */
-    static const char *const groups[][2] = {
-        {"ema", "ema"}, {"optim", "optim/adamw/m"}, {"optim", "optim/adamw/v"}};
+    /* Every group present is read in full (that checks the checksums) and scanned for NaN and
+     * Inf, which no good checkpoint holds. */
     float *scratch = tensor_alloc(m->num_params);
     ckpt_tensor_t *t = scratch ? train_tensors_of(m, scratch) : NULL;
-    char found[128] = "model";
+    char found[160] = "model";
     if (!t)
         st = tdl_error_raise(TDL_ERR_NOMEM, "verifying %s: out of memory", path);
-    for (size_t i = 0; st == TDL_OK && i < TDL_ARRAY_SIZE(groups); i++) {
-        bool has = false;
-        if ((st = ckpt_weights_has_group(path, groups[i][0], &has)) != TDL_OK || !has)
+    for (size_t i = 0; st == TDL_OK && i <= TDL_ARRAY_SIZE(train_groups); i++) {
+        const char *g = i ? train_groups[i - 1][1] : "model";
+        bool has = true;
+        if (i && ((st = ckpt_weights_has_group(path, train_groups[i - 1][0], &has)) != TDL_OK ||
+                  !has))
             continue;
-        if ((st = ckpt_weights_read(path, groups[i][1], t, m->ninfos)) == TDL_OK) {
+        if (i && (st = ckpt_weights_read(path, g, t, m->ninfos)) != TDL_OK)
+            break;
+        const float *data = i ? scratch : m->params;
+        for (int k = 0; k < m->ninfos && st == TDL_OK; k++) {
+            const dit_param_info_t *info = &m->infos[k];
+            for (size_t j = 0; j < info->numel; j++)
+                if (!isfinite(data[info->offset + j])) {
+                    st = tdl_error_raise(TDL_ERR_CORRUPT,
+                                         "%s: /%s/%s holds %s at element %zu: the weights are "
+                                         "not usable",
+                                         path, g, info->name,
+                                         isnan(data[info->offset + j]) ? "NaN" : "Inf", j);
+                    break;
+                }
+        }
+        if (st == TDL_OK && i) {
             size_t len = strlen(found);
-            snprintf(found + len, sizeof(found) - len, ", %s", groups[i][1]);
+            snprintf(found + len, sizeof(found) - len, ", %s", g);
+        }
+    }
+    bool train = false;
+    if (st == TDL_OK && (st = ckpt_weights_has_group(path, "train", &train)) == TDL_OK && train) {
+        int64_t rows;
+        if ((st = ckpt_attr_read_int(path, "train/loss_history_rows", &rows)) == TDL_OK &&
+            (rows < 0 || rows > TRAIN_LOSS_HISTORY))
+            st = tdl_error_raise(TDL_ERR_CORRUPT, "%s: /train/loss_history_rows is %lld", path,
+                                 (long long)rows);
+        float hist[TRAIN_LOSS_HISTORY][2];
+        ckpt_tensor_t lh = {.name = "loss_history",
+                            .ndim = 2,
+                            .shape = {(int)TDL_MAX(st == TDL_OK ? rows : 1, 1), 2},
+                            .data = &hist[0][0]};
+        if (st == TDL_OK && (st = ckpt_weights_read(path, "train", &lh, 1)) == TDL_OK) {
+            size_t len = strlen(found);
+            snprintf(found + len, sizeof(found) - len, ", train");
         }
     }
     int64_t step = -1;
@@ -158,5 +198,131 @@ tdl_status_t train_checkpoint_verify(const char *path, char *summary, size_t siz
     free(t);
     free(scratch);
     dit_model_free(m);
+    return st;
+}
+
+tdl_status_t train_checkpoint_info(const char *path, FILE *out)
+{
+    char summary[512];
+    tdl_status_t st = train_checkpoint_verify(path, summary, sizeof(summary));
+    if (st != TDL_OK)
+        return st;
+    dit_model_t *m;
+    if ((st = train_weights_load(path, "model", 1, 0, &m)) != TDL_OK)
+        return st;
+    const dit_config_t *c = &m->config;
+    char *created = NULL, *version = NULL;
+    ckpt_attr_read_string(path, "created", &created);
+    ckpt_attr_read_string(path, "tidal_version", &version);
+    fprintf(out, "%s\n", path);
+    fprintf(out, "  model        %s: depth %d, hidden %d, heads %d, patch %d, %d channels, %d "
+                 "classes, input %d; %zu parameters (%.1f MiB a copy)\n",
+            c->name, c->depth, c->hidden_size, c->num_heads, c->patch_size, c->in_channels,
+            c->num_classes, c->input_size, m->num_params,
+            (double)m->num_params * 4 / (1 << 20));
+    fprintf(out, "  written      %s by tidal %s\n", created ? created : "?",
+            version ? version : "?");
+    int64_t v;
+    if (ckpt_attr_read_int(path, "step", &v) == TDL_OK)
+        fprintf(out, "  step         %lld\n", (long long)v);
+    if (ckpt_attr_read_int(path, "world_size", &v) == TDL_OK)
+        fprintf(out, "  world size   %lld ranks when saved\n", (long long)v);
+    int64_t batch = 0, seed = 0, epoch = 0, pos = 0, warm = 0, rows = 0;
+    double lr = 0, lr_now = 0;
+    if (ckpt_attr_read_int(path, "batch", &batch) == TDL_OK &&
+        ckpt_attr_read_int(path, "seed", &seed) == TDL_OK)
+        fprintf(out, "  run          global batch %lld, seed %lld\n", (long long)batch,
+                (long long)seed);
+    if (ckpt_attr_read_int(path, "train/data_epoch", &epoch) == TDL_OK &&
+        ckpt_attr_read_int(path, "train/data_position", &pos) == TDL_OK)
+        fprintf(out, "  data         epoch %lld, next image %lld of the shuffled order\n",
+                (long long)epoch, (long long)pos);
+    if (ckpt_attr_read_double(path, "train/lr", &lr) == TDL_OK &&
+        ckpt_attr_read_double(path, "train/lr_at_step", &lr_now) == TDL_OK &&
+        ckpt_attr_read_int(path, "train/lr_warmup_steps", &warm) == TDL_OK)
+        fprintf(out, "  lr           %.3g now (peak %.3g after %lld warm-up steps)\n", lr_now, lr,
+                (long long)warm);
+    if (ckpt_attr_read_int(path, "train/loss_history_rows", &rows) == TDL_OK && rows > 0 &&
+        rows <= TRAIN_LOSS_HISTORY) {
+        float hist[TRAIN_LOSS_HISTORY][2];
+        ckpt_tensor_t lh = {.name = "loss_history", .ndim = 2, .shape = {(int)rows, 2},
+                            .data = &hist[0][0]};
+        if (ckpt_weights_read(path, "train", &lh, 1) == TDL_OK) {
+            double tail = 0;
+            int k = (int)TDL_MIN(rows, 50);
+            for (int i = (int)rows - k; i < rows; i++)
+                tail += hist[i][1];
+            fprintf(out, "  loss         %.4f at step %.0f; mean of the last %d steps %.4f (%lld "
+                         "steps kept)\n",
+                    hist[rows - 1][1], hist[rows - 1][0], k, tail / k, (long long)rows);
+        }
+    }
+    const char *groups = strstr(summary, "groups ");
+    fprintf(out, "  contents     %.*s\n", groups ? (int)(strstr(groups, ": ok") - groups - 7) : 0,
+            groups ? groups + 7 : "");
+    fprintf(out, "  verified     checksums, shapes, no NaN or Inf\n");
+    free(created), free(version);
+    dit_model_free(m);
+    return TDL_OK;
+}
+
+tdl_status_t train_checkpoint_diff(const char *a, const char *b, FILE *out, double *largest_out)
+{
+    dit_model_t *ma, *mb;
+    tdl_status_t st = train_weights_load(a, "model", 1, 0, &ma);
+    if (st != TDL_OK)
+        return st;
+    if ((st = train_weights_load(b, "model", 1, 0, &mb)) != TDL_OK) {
+        dit_model_free(ma);
+        return st;
+    }
+    if (ma->num_params != mb->num_params || ma->ninfos != mb->ninfos ||
+        ma->config.hidden_size != mb->config.hidden_size || ma->config.depth != mb->config.depth) {
+        st = tdl_error_raise(TDL_ERR_MISMATCH, "%s (%s, %zu parameters) and %s (%s, %zu "
+                                               "parameters) hold different models",
+                             a, ma->config.name, ma->num_params, b, mb->config.name,
+                             mb->num_params);
+        dit_model_free(ma), dit_model_free(mb);
+        return st;
+    }
+    size_t np = ma->num_params;
+    float *x = tensor_alloc(np), *y = tensor_alloc(np);
+    ckpt_tensor_t *tx = x ? train_tensors_of(ma, x) : NULL, *ty = y ? train_tensors_of(ma, y) : NULL;
+    double largest = 0;
+    if (!tx || !ty)
+        st = tdl_error_raise(TDL_ERR_NOMEM, "ckpt diff: out of memory");
+    fprintf(out, "%-10s %-40s %12s %12s\n", "group", "tensor", "max |a - b|", "max |a|");
+    for (size_t gi = 0; st == TDL_OK && gi <= TDL_ARRAY_SIZE(train_groups); gi++) {
+        const char *g = gi ? train_groups[gi - 1][1] : "model";
+        bool ha = true, hb = true;
+        if (gi && (ckpt_weights_has_group(a, train_groups[gi - 1][0], &ha) != TDL_OK ||
+                   ckpt_weights_has_group(b, train_groups[gi - 1][0], &hb) != TDL_OK))
+            ha = hb = false;
+        if (!ha || !hb) {
+            if (ha != hb)
+                fprintf(out, "%-10s only in %s\n", g, ha ? a : b);
+            continue;
+        }
+        if ((st = ckpt_weights_read(a, g, tx, ma->ninfos)) != TDL_OK ||
+            (st = ckpt_weights_read(b, g, ty, ma->ninfos)) != TDL_OK)
+            break;
+        for (int k = 0; k < ma->ninfos; k++) {
+            const dit_param_info_t *info = &ma->infos[k];
+            double d = 0, mag = 0;
+            for (size_t j = 0; j < info->numel; j++) {
+                double u = x[info->offset + j], w = y[info->offset + j];
+                d = fmax(d, fabs(u - w));
+                mag = fmax(mag, fabs(u));
+            }
+            largest = fmax(largest, d);
+            fprintf(out, "%-10s %-40s %12.4g %12.4g\n", g, info->name, d, mag);
+        }
+    }
+    if (st == TDL_OK)
+        fprintf(out, "largest difference %.6g%s\n", largest, largest == 0 ? " (identical)" : "");
+    free(tx), free(ty), free(x), free(y);
+    dit_model_free(ma), dit_model_free(mb);
+    if (st == TDL_OK && largest_out)
+        *largest_out = largest;
     return st;
 }

@@ -274,11 +274,11 @@ static void test_roundtrip(void)
     i64 = 99;
     is_int(ckpt_attr_read_int(a, "learning_rate", &i64), TDL_ERR_NOT_FOUND,
            "a missing attribute: TDL_ERR_NOT_FOUND");
-    ok(says("a.h5 has no root attribute learning_rate") && i64 == 99,
+    ok(says("a.h5 has no attribute learning_rate") && i64 == 99,
        "naming the file and the key; the output untouched");
     is_int(ckpt_attr_read_int(a, "mlp_ratio", &i64), TDL_ERR_MISMATCH,
            "a double attribute read as an int: TDL_ERR_MISMATCH");
-    ok(says("root attribute mlp_ratio holds floating-point data, expected an integer"),
+    ok(says("attribute mlp_ratio holds floating-point data, expected an integer"),
        "naming the attribute and both types");
     is_int(ckpt_attr_read_double(a, "config_json", &d), TDL_ERR_MISMATCH,
            "a string attribute read as a double: TDL_ERR_MISMATCH");
