@@ -93,7 +93,18 @@ tdl_status_t train_weights_load(const char *path, const char *group, int max_bat
     double mlp, drop;
     static const char *const keys[] = {"input_size", "patch_size", "in_channels", "hidden_size",
                                        "depth",      "num_heads",  "num_classes"};
-    tdl_status_t st = ckpt_attr_read_string(path, "model", &name);
+    /* a file from a newer tidal may mean something else by the same names: refuse it */
+    int64_t version = 0;
+    tdl_status_t st = ckpt_attr_read_int(path, "format_version", &version);
+    if (st == TDL_ERR_NOT_FOUND) /* written by h5py by hand: the layout of version 1 */
+        st = TDL_OK, version = 1;
+    if (st == TDL_OK && (version < 1 || version > CKPT_FORMAT_VERSION))
+        return tdl_error_raise(TDL_ERR_MISMATCH,
+                               "%s has format_version %lld; this tidal reads version %d (a newer "
+                               "tidal wrote it, or it is damaged)",
+                               path, (long long)version, CKPT_FORMAT_VERSION);
+    if (st == TDL_OK)
+        st = ckpt_attr_read_string(path, "model", &name);
     for (size_t i = 0; st == TDL_OK && i < TDL_ARRAY_SIZE(keys); i++)
         st = ckpt_attr_read_int(path, keys[i], &v[i]);
     if (st == TDL_OK)
