@@ -436,68 +436,116 @@ DQ_AVX512 static inline __m512 dq_zt_get(const dq_zt_t *z, __m512i idx)
     return _mm512_i32gather_ps(idx, z->base, 4);
 }
 
+/* The level search of both halves of a group in lockstep, for one way of reading the table:
+ * k = the largest index with lv[k] <= v (k <= top - 1), p = where v lies between lv[k] and
+ * lv[k + 1], as a fraction of the gap. */
+#define DQ_Z_SEARCH(GET_L, GET_I)                                                                  \
+    do {                                                                                           \
+        for (int step = 1 << (w - 1); step; step >>= 1) {                                          \
+            __m512i st = _mm512_set1_epi32(step);                                                  \
+            __m512i n0 = _mm512_add_epi32(k0, st), n1 = _mm512_add_epi32(k1, st);                  \
+            __mmask16 l0 = _mm512_cmp_ps_mask(GET_L(n0), v0, _CMP_LE_OQ);                         \
+            __mmask16 l1 = _mm512_cmp_ps_mask(GET_L(n1), v1, _CMP_LE_OQ);                         \
+            k0 = _mm512_mask_mov_epi32(k0, l0, n0);                                                \
+            k1 = _mm512_mask_mov_epi32(k1, l1, n1);                                                \
+        }                                                                                          \
+        k0 = _mm512_min_epi32(k0, tm1), k1 = _mm512_min_epi32(k1, tm1);                            \
+        p0 = _mm512_mul_ps(_mm512_sub_ps(v0, GET_L(k0)), GET_I(k0));                               \
+        p1 = _mm512_mul_ps(_mm512_sub_ps(v1, GET_L(k1)), GET_I(k1));                               \
+    } while (0)
+
 DQ_AVX512 static void dq_quantize_group_avx512(const dq_enc_t *c, const float *x, int cnt,
                                                float inv, int w, uint64_t a, uint32_t *planes)
 {
-    __mmask16 mk[2] = {(__mmask16)(cnt >= 16 ? 0xffff : (1u << cnt) - 1),
-                       (__mmask16)(cnt >= 32 ? 0xffff : cnt > 16 ? (1u << (cnt - 16)) - 1 : 0)};
-    __m512i code[2];
+    __mmask16 m0 = (__mmask16)(cnt >= 16 ? 0xffff : (1u << cnt) - 1);
+    __mmask16 m1 = (__mmask16)(cnt >= 32 ? 0xffff : cnt > 16 ? (1u << (cnt - 16)) - 1 : 0);
     int top = (1 << w) - 1;
-    dq_zt_t lz, iz;
-    if (w <= DQ_MAX_WIDTH)
-        lz = dq_zt_load(c->t.lv[w], w), iz = dq_zt_load(c->t.ig[w], w);
-    for (int h = 0; h < 2; h++) {
-        __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk[h], x + 16 * h), _mm512_set1_ps(inv));
-        v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(-1.0f)), _mm512_set1_ps(1.0f));
-        __m512i k;
-        __m512 p;
-        if (w <= DQ_MAX_WIDTH) {
-            k = _mm512_setzero_si512();
-            for (int step = 1 << (w - 1); step; step >>= 1) {
-                __m512i st = _mm512_set1_epi32(step), kn = _mm512_add_epi32(k, st);
-                __mmask16 le = _mm512_cmp_ps_mask(dq_zt_get(&lz, kn), v, _CMP_LE_OQ);
-                k = _mm512_mask_mov_epi32(k, le, kn);
-            }
-            k = _mm512_min_epi32(k, _mm512_set1_epi32(top - 1));
-            p = _mm512_mul_ps(_mm512_sub_ps(v, dq_zt_get(&lz, k)), dq_zt_get(&iz, k));
-        } else {
-            __m512 is = _mm512_set1_ps(dq_wide_inv_step(w));
-            __m512 st = _mm512_set1_ps(2.0f / (float)top);
-            k = _mm512_cvttps_epi32(_mm512_mul_ps(_mm512_add_ps(v, _mm512_set1_ps(1.0f)), is));
-            k = _mm512_min_epi32(_mm512_max_epi32(k, _mm512_setzero_si512()),
-                                 _mm512_set1_epi32(top - 1));
-            __m512 lvk = _mm512_add_ps(_mm512_set1_ps(-1.0f),
-                                       _mm512_mul_ps(_mm512_cvtepi32_ps(k), st));
-            p = _mm512_mul_ps(_mm512_sub_ps(v, lvk), is);
-        }
-        __mmask16 up;
-        if (c->stochastic) {
-            __m512i i = _mm512_add_epi32(
-                _mm512_set1_epi32((int32_t)((uint32_t)a + 16u * (uint32_t)h)),
-                _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
-            __m512i r = _mm512_add_epi32(_mm512_mullo_epi32(i, _mm512_set1_epi32((int32_t)DQ_GOLDEN)),
-                                         _mm512_set1_epi32((int32_t)c->rand.key));
-            r = _mm512_xor_si512(r, _mm512_srli_epi32(r, 16));
-            r = _mm512_mullo_epi32(r, _mm512_set1_epi32((int32_t)0x85ebca6bu));
-            r = _mm512_xor_si512(r, _mm512_srli_epi32(r, 13));
-            r = _mm512_mullo_epi32(r, _mm512_set1_epi32((int32_t)0xc2b2ae35u));
-            r = _mm512_xor_si512(r, _mm512_srli_epi32(r, 16));
-            r = _mm512_add_epi32(r, _mm512_set1_epi32((int32_t)c->rand.offset));
-            __m512 u = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(r, 8)),
-                                     _mm512_set1_ps(0x1.0p-24f));
-            up = _mm512_cmp_ps_mask(u, p, _CMP_LT_OQ);
-        } else {
-            up = _mm512_cmp_ps_mask(p, _mm512_set1_ps(0.5f), _CMP_GT_OQ);
-        }
-        k = _mm512_mask_add_epi32(k, up, k, _mm512_set1_epi32(1));
-        code[h] = _mm512_maskz_mov_epi32(mk[h], k);
+    __m512 vinv = _mm512_set1_ps(inv), lo = _mm512_set1_ps(-1.0f), hi = _mm512_set1_ps(1.0f);
+    __m512 v0 = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m0, x), vinv), lo), hi);
+    __m512 v1 = _mm512_min_ps(
+        _mm512_max_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m1, x + 16), vinv), lo), hi);
+    __m512i k0 = _mm512_setzero_si512(), k1 = _mm512_setzero_si512(), tm1 = _mm512_set1_epi32(top - 1);
+    __m512 p0, p1;
+    if (w <= 4) {
+        __m512 L = _mm512_loadu_ps(c->t.lv[w]), I = _mm512_loadu_ps(c->t.ig[w]);
+#define DQ_GL(i) _mm512_permutexvar_ps(i, L)
+#define DQ_GI(i) _mm512_permutexvar_ps(i, I)
+        DQ_Z_SEARCH(DQ_GL, DQ_GI);
+#undef DQ_GL
+#undef DQ_GI
+    } else if (w == 5) {
+        __m512 L0 = _mm512_loadu_ps(c->t.lv[w]), L1 = _mm512_loadu_ps(c->t.lv[w] + 16);
+        __m512 I0 = _mm512_loadu_ps(c->t.ig[w]), I1 = _mm512_loadu_ps(c->t.ig[w] + 16);
+#define DQ_GL(i) _mm512_permutex2var_ps(L0, i, L1)
+#define DQ_GI(i) _mm512_permutex2var_ps(I0, i, I1)
+        DQ_Z_SEARCH(DQ_GL, DQ_GI);
+#undef DQ_GL
+#undef DQ_GI
+    } else if (w == 6) {
+        const float *lp = c->t.lv[w], *ip = c->t.ig[w];
+        __m512 L0 = _mm512_loadu_ps(lp), L1 = _mm512_loadu_ps(lp + 16);
+        __m512 L2 = _mm512_loadu_ps(lp + 32), L3 = _mm512_loadu_ps(lp + 48);
+        __m512 I0 = _mm512_loadu_ps(ip), I1 = _mm512_loadu_ps(ip + 16);
+        __m512 I2 = _mm512_loadu_ps(ip + 32), I3 = _mm512_loadu_ps(ip + 48);
+        __m512i b5 = _mm512_set1_epi32(32);
+#define DQ_GL(i)                                                                                   \
+    _mm512_mask_blend_ps(_mm512_test_epi32_mask(i, b5), _mm512_permutex2var_ps(L0, i, L1),         \
+                         _mm512_permutex2var_ps(L2, i, L3))
+#define DQ_GI(i)                                                                                   \
+    _mm512_mask_blend_ps(_mm512_test_epi32_mask(i, b5), _mm512_permutex2var_ps(I0, i, I1),         \
+                         _mm512_permutex2var_ps(I2, i, I3))
+        DQ_Z_SEARCH(DQ_GL, DQ_GI);
+#undef DQ_GL
+#undef DQ_GI
+    } else if (w <= DQ_MAX_WIDTH) {
+        const float *lvp = c->t.lv[w], *igp = c->t.ig[w];
+#define DQ_GL(i) _mm512_i32gather_ps(i, lvp, 4)
+#define DQ_GI(i) _mm512_i32gather_ps(i, igp, 4)
+        DQ_Z_SEARCH(DQ_GL, DQ_GI);
+#undef DQ_GL
+#undef DQ_GI
+    } else {
+        __m512 is = _mm512_set1_ps(dq_wide_inv_step(w)), st = _mm512_set1_ps(2.0f / (float)top);
+        __m512i zero = _mm512_setzero_si512();
+        k0 = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvttps_epi32(_mm512_mul_ps(_mm512_add_ps(v0, hi), is)), zero), tm1);
+        k1 = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvttps_epi32(_mm512_mul_ps(_mm512_add_ps(v1, hi), is)), zero), tm1);
+        p0 = _mm512_mul_ps(_mm512_sub_ps(v0, _mm512_add_ps(lo, _mm512_mul_ps(_mm512_cvtepi32_ps(k0), st))), is);
+        p1 = _mm512_mul_ps(_mm512_sub_ps(v1, _mm512_add_ps(lo, _mm512_mul_ps(_mm512_cvtepi32_ps(k1), st))), is);
     }
+    __mmask16 u0, u1;
+    if (c->stochastic) {
+        __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        __m512i g = _mm512_set1_epi32((int32_t)DQ_GOLDEN), key = _mm512_set1_epi32((int32_t)c->rand.key);
+        __m512i c1 = _mm512_set1_epi32((int32_t)0x85ebca6bu), c2 = _mm512_set1_epi32((int32_t)0xc2b2ae35u);
+        __m512i off = _mm512_set1_epi32((int32_t)c->rand.offset);
+        __m512 scale = _mm512_set1_ps(0x1.0p-24f);
+        __m512i i0 = _mm512_add_epi32(_mm512_set1_epi32((int32_t)(uint32_t)a), lane);
+        __m512i i1 = _mm512_add_epi32(i0, _mm512_set1_epi32(16));
+        __m512i r0 = _mm512_add_epi32(_mm512_mullo_epi32(i0, g), key);
+        __m512i r1 = _mm512_add_epi32(_mm512_mullo_epi32(i1, g), key);
+        r0 = _mm512_xor_si512(r0, _mm512_srli_epi32(r0, 16)), r1 = _mm512_xor_si512(r1, _mm512_srli_epi32(r1, 16));
+        r0 = _mm512_mullo_epi32(r0, c1), r1 = _mm512_mullo_epi32(r1, c1);
+        r0 = _mm512_xor_si512(r0, _mm512_srli_epi32(r0, 13)), r1 = _mm512_xor_si512(r1, _mm512_srli_epi32(r1, 13));
+        r0 = _mm512_mullo_epi32(r0, c2), r1 = _mm512_mullo_epi32(r1, c2);
+        r0 = _mm512_xor_si512(r0, _mm512_srli_epi32(r0, 16)), r1 = _mm512_xor_si512(r1, _mm512_srli_epi32(r1, 16));
+        r0 = _mm512_add_epi32(r0, off), r1 = _mm512_add_epi32(r1, off);
+        __m512 f0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(r0, 8)), scale);
+        __m512 f1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(r1, 8)), scale);
+        u0 = _mm512_cmp_ps_mask(f0, p0, _CMP_LT_OQ), u1 = _mm512_cmp_ps_mask(f1, p1, _CMP_LT_OQ);
+    } else {
+        __m512 half = _mm512_set1_ps(0.5f);
+        u0 = _mm512_cmp_ps_mask(p0, half, _CMP_GT_OQ), u1 = _mm512_cmp_ps_mask(p1, half, _CMP_GT_OQ);
+    }
+    __m512i one = _mm512_set1_epi32(1);
+    __m512i c0 = _mm512_maskz_mov_epi32(m0, _mm512_mask_add_epi32(k0, u0, k0, one));
+    __m512i cc1 = _mm512_maskz_mov_epi32(m1, _mm512_mask_add_epi32(k1, u1, k1, one));
     for (int j = 0; j < w; j++) {
         __m512i bit = _mm512_set1_epi32(1 << j);
-        planes[j] = (uint32_t)_mm512_test_epi32_mask(code[0], bit) |
-                    (uint32_t)_mm512_test_epi32_mask(code[1], bit) << 16;
+        planes[j] = (uint32_t)_mm512_test_epi32_mask(c0, bit) |
+                    (uint32_t)_mm512_test_epi32_mask(cc1, bit) << 16;
     }
 }
+#undef DQ_Z_SEARCH
 
 DQ_AVX512 static void dq_dequantize_group_avx512(dq_tables_t t, const uint32_t *planes, int w,
                                                  float s, int cnt, float *x, bool add)
@@ -645,22 +693,15 @@ static void dq_encode_sg(const dq_enc_t *c, const float *x, size_t m, const floa
     codec_store_le16(o, (uint16_t)u);
     float S = codec_bits_f32(u << 16);
     int e[DQ_GPS], w[DQ_GPS];
+    float step[DQ_EMAX + 1]; /* the scales S 2^(-e/2), decreasing with e */
+    for (int j = 0; j <= DQ_EMAX; j++)
+        step[j] = S * dq_half_table[j];
     for (int g = 0; g < ng; g++) {
-        if (gmax[g] == 0) {
-            e[g] = DQ_EZERO;
-        } else if (c->flags & CODEC_DQ_FLAT_SCALE) {
-            e[g] = 0;
-        } else {
-            int lo = 0, hi = DQ_EMAX + 1; /* S * half(lo) >= gmax; find the largest such lo */
-            while (hi - lo > 1) {
-                int mid = (lo + hi) >> 1;
-                if (S * dq_half_table[mid] >= gmax[g])
-                    lo = mid;
-                else
-                    hi = mid;
-            }
-            e[g] = lo;
-        }
+        /* the largest e whose scale is still >= gmax: how many of the steps below S are */
+        int eg = 0;
+        for (int j = 1; j <= DQ_EMAX; j++)
+            eg += step[j] >= gmax[g];
+        e[g] = gmax[g] == 0 ? DQ_EZERO : (c->flags & CODEC_DQ_FLAT_SCALE) ? 0 : eg;
     }
     dq_allocate(e, ng, 4 * units, c->flags, w);
     for (int g = 0; g < ng; g++) {
