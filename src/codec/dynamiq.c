@@ -349,9 +349,10 @@ DQ_CLONES static void dq_quantize_group(const dq_enc_t *c, const float *x, int c
     }
 }
 
-/* The values of cnt <= 32 codes held in w bit planes, times s, into x (add: x +=). */
+/* The values of cnt <= 32 codes held in w bit planes, times s, into x: x = base + value, or the
+ * value alone when base is NULL (base may be x). */
 DQ_CLONES static void dq_dequantize_group(dq_tables_t t, const uint32_t *planes, int w, float s,
-                                          int cnt, float *x, bool add)
+                                          int cnt, float *x, const float *base)
 {
     uint32_t code[DQ_GROUP];
     float y[DQ_GROUP];
@@ -369,9 +370,9 @@ DQ_CLONES static void dq_dequantize_group(dq_tables_t t, const uint32_t *planes,
         for (int i = 0; i < DQ_GROUP; i++)
             y[i] = (-1.0f + (float)code[i] * st) * s;
     }
-    if (add)
+    if (base)
         for (int i = 0; i < cnt; i++)
-            x[i] += y[i];
+            x[i] = base[i] + y[i];
     else
         for (int i = 0; i < cnt; i++)
             x[i] = y[i];
@@ -548,7 +549,7 @@ DQ_AVX512 static void dq_quantize_group_avx512(const dq_enc_t *c, const float *x
 #undef DQ_Z_SEARCH
 
 DQ_AVX512 static void dq_dequantize_group_avx512(dq_tables_t t, const uint32_t *planes, int w,
-                                                 float s, int cnt, float *x, bool add)
+                                                 float s, int cnt, float *x, const float *base)
 {
     __m512i code[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
     for (int j = 0; j < w; j++) {
@@ -575,8 +576,8 @@ DQ_AVX512 static void dq_dequantize_group_avx512(dq_tables_t t, const uint32_t *
                                             _mm512_mul_ps(_mm512_cvtepi32_ps(code[h]), st)),
                               vs);
         }
-        if (add)
-            y = _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + 16 * h), y);
+        if (base)
+            y = _mm512_add_ps(_mm512_maskz_loadu_ps(m, base + 16 * h), y);
         _mm512_mask_storeu_ps(x + 16 * h, m, y);
     }
 }
@@ -650,15 +651,15 @@ static void dq_quantize(const dq_enc_t *c, const float *x, int cnt, float inv, i
 }
 
 static void dq_dequantize(dq_tables_t t, const uint32_t *planes, int w, float s, int cnt, float *x,
-                          bool add)
+                          const float *base)
 {
 #ifdef DQ_HAVE_AVX512
     if (dq_isa == 1) {
-        dq_dequantize_group_avx512(t, planes, w, s, cnt, x, add);
+        dq_dequantize_group_avx512(t, planes, w, s, cnt, x, base);
         return;
     }
 #endif
-    dq_dequantize_group(t, planes, w, s, cnt, x, add);
+    dq_dequantize_group(t, planes, w, s, cnt, x, base);
 }
 
 static bool dq_sg_stats(const float *x, size_t m, float *gmax)
@@ -739,30 +740,33 @@ static bool dq_check_sg(const unsigned char *p, size_t m, int units)
     return true;
 }
 
-/* Decodes the super-group of m values at p (checked) into x (add: x +=). */
-static void dq_decode_sg(dq_tables_t t, const unsigned char *p, size_t m, float *x, bool add)
+/* Decodes the super-group of m values at p (checked) into x: x = base + decoded, or the decoded
+ * values alone when base is NULL (base may be x). */
+static void dq_decode_sg(dq_tables_t t, const unsigned char *p, size_t m, float *x,
+                         const float *base)
 {
     int ng = (int)dq_groups(m);
     const unsigned char *meta = p + 2, *val = p + 2 + ng;
     float S = codec_bits_f32((uint32_t)codec_load_le16(p) << 16);
     if (isnan(S)) {
         for (size_t i = 0; i < m; i++)
-            x[i] = add ? x[i] + NAN : NAN;
+            x[i] = base ? base[i] + NAN : NAN;
         return;
     }
     for (int g = 0; g < ng; g++) {
         size_t first = (size_t)g * DQ_GROUP, cnt = TDL_MIN((size_t)DQ_GROUP, m - first);
         int e = meta[g] >> 4, w = (meta[g] & 15) + 1;
-        if (e == DQ_EZERO) {
-            if (!add)
-                memset(x + first, 0, cnt * sizeof(float));
+        if (e == DQ_EZERO) { /* the value 0: base + 0 is base, but -0 + 0 is +0 */
+            for (size_t i = 0; i < cnt; i++)
+                x[first + i] = base ? base[first + i] + 0.0f : 0.0f;
             continue;
         }
         uint32_t planes[DQ_WMAX];
         for (int j = 0; j < w; j++)
             planes[j] = codec_load_le32(val + 4 * j);
         val += 4 * w;
-        dq_dequantize(t, planes, w, S * dq_half_pow(e), (int)cnt, x + first, add);
+        dq_dequantize(t, planes, w, S * dq_half_pow(e), (int)cnt, x + first,
+                      base ? base + first : NULL);
     }
 }
 
@@ -900,9 +904,8 @@ static tdl_status_t dq_run(const void *cfg, const codec_where_t *w, const float 
     for (size_t k = 0; k < nsg; k++) {
         size_t first = k * DQ_SUPER, m = TDL_MIN((size_t)DQ_SUPER, n - first);
         const float *v = in ? in + first : sums + first;
-        if (enc) { /* local + decoded: the decoded values added to a copy of local */
-            memcpy(sums + first, local + first, m * sizeof(float));
-            dq_decode_sg(enc->t, ip, m, sums + first, true);
+        if (enc) { /* local + decoded */
+            dq_decode_sg(enc->t, ip, m, sums + first, local + first);
             ip += dq_sg_bytes(m, enc->units[k]);
         }
         float mx = 0, *gm = gmax + k * DQ_GPS;
@@ -959,7 +962,7 @@ static tdl_status_t dq_decode_into(const void *in, size_t in_bytes, float *out, 
     const unsigned char *p = d.p;
     for (size_t first = 0, k = 0; first < n; first += DQ_SUPER, k++) {
         size_t m = TDL_MIN((size_t)DQ_SUPER, n - first);
-        dq_decode_sg(d.t, p, m, out + first, add);
+        dq_decode_sg(d.t, p, m, out + first, add ? out + first : NULL);
         p += dq_sg_bytes(m, d.units[k]);
     }
     return TDL_OK;
