@@ -13,7 +13,8 @@
  * Inputs: captured DiT gradients (--grads DIR of `tidal train --dump-grads` files, grouped by
  * step; the ranks' gradients of one step are the P inputs, reused cyclically when P exceeds
  * them) and synthetic heavy-tailed vectors (a shared signal plus per-rank noise, Student-t with
- * 3 degrees of freedom in blocks of log-normal scale). Rows:
+ * 3 degrees of freedom in blocks of log-normal scale), and independent ranks (each its own
+ * Student-t(4) values, no shared signal: the data of bench/allreduce_link.c). Rows:
  * data,format,variant,algo,np,vnmse,bits_per_coord. */
 #include "config.h"
 
@@ -181,6 +182,32 @@ static void synthetic(inputs_t *in, int count, size_t n, uint64_t seed)
     free(signal);
 }
 
+/* Independent ranks: each one's own Student-t(4) values in blocks of 4096 with log-normal
+ * scales shared by the ranks, no common signal (the data of bench/allreduce_link.c). */
+static void independent(inputs_t *in, int count, size_t n, uint64_t seed)
+{
+    snprintf(in->name, sizeof(in->name), "iid");
+    in->count = count, in->n = n;
+    in->x = calloc((size_t)count, sizeof(float *));
+    for (int r = 0; r < count; r++) {
+        tdl_rng_t scales, mine;
+        tdl_rng_init(&scales, seed, 0);
+        tdl_rng_init(&mine, seed, (uint64_t)r + 100);
+        in->x[r] = malloc(n * sizeof(float));
+        double scale = 1;
+        for (size_t i = 0; i < n; i++) {
+            if (i % 4096 == 0)
+                scale = exp(tdl_rng_normal(&scales));
+            double c = 0;
+            for (int k = 0; k < 4; k++) {
+                double z = tdl_rng_normal(&mine);
+                c += z * z;
+            }
+            in->x[r][i] = (float)(scale * tdl_rng_normal(&mine) / sqrt(c / 4 + 1e-12));
+        }
+    }
+}
+
 static int by_name(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
@@ -337,11 +364,12 @@ int main(int argc, char **argv)
         {"dynamiq", "4-bits", {.bits = 4.0}},
         {"dynamiq", "6-bits", {.bits = 6.0}},
     };
-    inputs_t sets[2];
+    inputs_t sets[3];
     int nsets = 0;
     if (grads && load_grads(&sets[nsets], grads, 16) == 0)
         nsets++;
     synthetic(&sets[nsets++], 16, quick ? (size_t)1 << 18 : (size_t)1 << 20, 7);
+    independent(&sets[nsets++], 16, quick ? (size_t)1 << 18 : (size_t)1 << 20, 9);
     static const int nps[] = {2, 4, 8, 16};
     int seeds = quick ? 1 : 3;
     for (int d = 0; d < nsets; d++)
