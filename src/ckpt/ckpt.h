@@ -92,6 +92,10 @@ tdl_status_t ckpt_attr_read_string(const char *path, const char *key, char **out
 void ckpt_lock(void);
 void ckpt_unlock(void);
 
+/* HDF5's Fletcher32 checksum of len bytes, as its filter computes it (computed here, faster:
+ * checkpoints write and read their chunks directly). */
+uint32_t ckpt_fletcher32(const void *data, size_t len);
+
 /* Whether the file has the group /<group> ("ema"). */
 tdl_status_t ckpt_weights_has_group(const char *path, const char *group, bool *out);
 

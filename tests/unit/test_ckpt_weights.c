@@ -781,6 +781,77 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
     return remove(path);
 }
 
+/* HDF5's Fletcher32 as its source describes it: a byte at a time, big-endian words, sums folded
+ * every 360 words (the independent reference for ckpt_fletcher32). */
+static uint32_t fletcher_ref(const uint8_t *data, size_t len)
+{
+    size_t words = len / 2;
+    uint32_t sum1 = 0, sum2 = 0;
+    while (words) {
+        size_t t = words > 360 ? 360 : words;
+        words -= t;
+        do {
+            sum1 += (uint32_t)((uint16_t)data[0] << 8 | data[1]);
+            data += 2;
+            sum2 += sum1;
+        } while (--t);
+        sum1 = (sum1 & 0xffff) + (sum1 >> 16);
+        sum2 = (sum2 & 0xffff) + (sum2 >> 16);
+    }
+    if (len % 2) {
+        sum1 += (uint32_t)*data << 8;
+        sum2 += sum1;
+        sum1 = (sum1 & 0xffff) + (sum1 >> 16);
+        sum2 = (sum2 & 0xffff) + (sum2 >> 16);
+    }
+    sum1 = (sum1 & 0xffff) + (sum1 >> 16);
+    sum2 = (sum2 & 0xffff) + (sum2 >> 16);
+    return sum2 << 16 | sum1;
+}
+
+/* tidal writes and reads chunks itself with its own checksum: it must be HDF5's, bit for bit. */
+static void test_fletcher(void)
+{
+    int same = 1;
+    static const size_t lens[] = {0, 1, 2, 3, 719, 720, 721, 722, 4096, 100001, 1 << 20};
+    uint8_t *b = malloc((1 << 20) + 1);
+    tdl_rng_t rng;
+    tdl_rng_init(&rng, 3, 3);
+    for (size_t i = 0; i < (1 << 20) + 1; i++)
+        b[i] = (uint8_t)tdl_rng_u32(&rng);
+    for (size_t k = 0; k < TDL_ARRAY_SIZE(lens); k++)
+        same &= ckpt_fletcher32(b, lens[k]) == fletcher_ref(b, lens[k]);
+    memset(b, 0xff, 1 << 20); /* the largest sums */
+    same &= ckpt_fletcher32(b, 1 << 20) == fletcher_ref(b, 1 << 20);
+    ok(same, "ckpt_fletcher32 equals HDF5's algorithm on random and all-ones data, odd lengths too");
+
+    /* and the checksum HDF5's own filter stores next to a chunk it wrote */
+    char path[512];
+    snprintf(path, sizeof(path), "%s/f.h5", tmpdir);
+    hid_t file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hsize_t dims[1] = {1000}, chunk[1] = {1000};
+    hid_t space = H5Screate_simple(1, dims, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(dcpl, 1, chunk);
+    H5Pset_fletcher32(dcpl);
+    hid_t dset = H5Dcreate2(file, "x", H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    float x[1000];
+    for (int i = 0; i < 1000; i++)
+        x[i] = (float)i * 0.37f - 100.0f;
+    H5Dwrite(dset, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, x);
+    H5Dclose(dset);
+    dset = H5Dopen2(file, "x", H5P_DEFAULT);
+    unsigned char raw[4004];
+    hsize_t off[1] = {0};
+    uint32_t mask = 0;
+    int read_ok = H5Dread_chunk(dset, H5P_DEFAULT, off, &mask, raw) >= 0 && mask == 0;
+    uint32_t stored = (uint32_t)raw[4000] | (uint32_t)raw[4001] << 8 | (uint32_t)raw[4002] << 16 |
+                      (uint32_t)raw[4003] << 24;
+    ok(read_ok && stored == ckpt_fletcher32(raw, 4000),
+       "the checksum HDF5's filter stores (little-endian after the chunk) is ckpt_fletcher32's");
+    H5Dclose(dset), H5Pclose(dcpl), H5Sclose(space), H5Fclose(file);
+    free(b);
+}
+
 int main(void)
 {
     snprintf(tmpdir, sizeof(tmpdir), "/tmp/tidal-test-ckpt-XXXXXX");
@@ -797,6 +868,7 @@ int main(void)
     test_read_errors();
     test_atomic();
     test_tools();
+    test_fletcher();
     model_free(&ema);
     model_free(&model);
     nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
