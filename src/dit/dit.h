@@ -92,6 +92,27 @@ void dit_model_zero_grad(dit_model_t *model);
 tdl_status_t dit_model_forward(dit_model_t *model, const float *x, const float *t, const int *y,
                                int batch, int height, int width, float *out);
 /* Adds d(loss)/d(params) to model->grads, given d(loss)/d(out) of the last forward. */
+/* ---- sequence-parallel forward (src/dit/sp.c), for serving ---------------------------------- */
+
+/* The exchanges of a group of `size` ranks, this one being `rank`; counts are in floats. */
+typedef struct dit_sp_comm {
+    int size, rank;
+    /* send holds size blocks of count floats, block j for rank j; recv gets block i from i */
+    tdl_status_t (*alltoall)(void *ctx, const float *send, float *recv, size_t count);
+    /* recv gets size blocks of count floats, block i from rank i */
+    tdl_status_t (*allgather)(void *ctx, const float *send, float *recv, size_t count);
+    void *ctx;
+} dit_sp_comm_t;
+
+/* Whether size ranks can share images of h x w (they must divide the tokens and the heads). */
+tdl_status_t dit_sp_check(const dit_model_t *model, int h, int w, int size);
+/* The forward pass of dit_model_forward with the tokens split among comm's ranks (Ulysses: the
+ * attention runs heads-sharded between two all-to-alls); every rank passes the same x, t, y and
+ * gets the whole out. comm NULL: one rank. Reads only the weights: any number of calls may
+ * share a model. */
+tdl_status_t dit_sp_forward(const dit_model_t *model, const dit_sp_comm_t *comm, const float *x,
+                            const float *t, const int *y, int b, int h, int w, float *out);
+
 tdl_status_t dit_model_backward(dit_model_t *model, const float *dout);
 
 /* Rectified flow: x_t = (1 - t) x0 + t noise and target = noise - x0, per sample. */

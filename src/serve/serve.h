@@ -6,6 +6,8 @@
 #include <stddef.h>
 
 #include "core/core.h"
+#include "dit/dit.h"
+#include "gfc/gfc.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -28,6 +30,12 @@ tdl_status_t serve_png_write_grid(const char *path, const float *images, int n, 
 /* The same PNG into memory: *png_out (free it with free()) of *len_out bytes. */
 tdl_status_t serve_png_encode(const float *images, int n, int channels, int height, int width,
                               int ncols, int pad, unsigned char **png_out, size_t *len_out);
+
+/* ==== executors (src/serve/executor.c) ======================================================== */
+
+/* The members of `group` as the exchanges of dit_sp_forward: every member calls it with the
+ * same inputs and gets the whole output. */
+void serve_sp_comm(dit_sp_comm_t *comm, gfc_group_t *group);
 
 #ifdef __cplusplus
 }
