@@ -3,7 +3,9 @@
 #ifndef TIDAL_SERVE_H
 #define TIDAL_SERVE_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/core.h"
 #include "dit/dit.h"
@@ -36,6 +38,104 @@ tdl_status_t serve_png_encode(const float *images, int n, int channels, int heig
 /* The members of `group` as the exchanges of dit_sp_forward: every member calls it with the
  * same inputs and gets the whole output. */
 void serve_sp_comm(dit_sp_comm_t *comm, gfc_group_t *group);
+
+/* ==== trajectory tasks (src/serve/task.c) ===================================================== */
+
+#define SERVE_MAX_IMAGES 16
+
+/* What a request asks for. */
+typedef struct serve_traj_spec {
+    uint64_t id, seed;
+    int n;          /* images, 1..SERVE_MAX_IMAGES */
+    int res;        /* 32, 64 or 128 */
+    int steps;      /* Euler steps from noise (t = 1) to data (t = 0) */
+    int label;      /* class, or -1 for none (the null class) */
+    float cfg;      /* classifier-free guidance scale (1: none) */
+    int priority;
+    double deadline_ms; /* after arrival; 0: none */
+} serve_traj_spec_t;
+
+/* A request's trajectory: PREPARE, then STEP_CHUNKs over steps [k, k + c), then DECODE (the PNG)
+ * and FINALIZE (freeing). Between tasks the state is this: the spec, the steps done and the
+ * latents, replicated on every member of the group that runs the next task. */
+typedef struct serve_traj {
+    serve_traj_spec_t spec;
+    int channels, n, res;
+    int step;            /* steps done */
+    bool prepared;
+    float *x;            /* latents [n, channels, res, res] */
+    unsigned char *png;  /* after DECODE */
+    size_t png_len;
+} serve_traj_t;
+
+typedef enum {
+    SERVE_TASK_PREPARE = 0,
+    SERVE_TASK_STEP_CHUNK,
+    SERVE_TASK_DECODE,
+    SERVE_TASK_FINALIZE
+} serve_task_kind_t;
+const char *serve_task_name(serve_task_kind_t kind);
+
+/* Allocates the latents (zeros); a spec out of range is TDL_ERR_INVALID_ARG naming it. */
+tdl_status_t serve_traj_init(serve_traj_t *t, const serve_traj_spec_t *spec, int channels);
+void serve_traj_free(serve_traj_t *t);
+size_t serve_traj_values(const serve_traj_t *t);
+/* PREPARE: image i's noise from Philox (seed, i), as dit_sample draws it. */
+tdl_status_t serve_task_prepare(serve_traj_t *t);
+/* STEP_CHUNK: up to `count` Euler steps on comm's group (NULL: this rank alone); every member
+ * calls it with the same state and ends with the same latents. */
+tdl_status_t serve_task_step_chunk(serve_traj_t *t, const dit_model_t *model,
+                                   const dit_sp_comm_t *comm, int count);
+/* DECODE: the latents as 8-bit pixels in a PNG grid of ncols columns (0: one row). */
+tdl_status_t serve_task_decode(serve_traj_t *t, int ncols);
+/* The state as bytes (to keep or to send) and back; unpack checks what it reads. */
+size_t serve_traj_packed_bytes(const serve_traj_t *t);
+void serve_traj_pack(const serve_traj_t *t, unsigned char *buf);
+tdl_status_t serve_traj_unpack(serve_traj_t *t, const unsigned char *buf, size_t bytes);
+
+/* ==== migration (src/serve/migrate.c) ========================================================= */
+
+typedef enum {
+    SERVE_LAYOUT_OWNER = 0,  /* member `owner` holds all of it */
+    SERVE_LAYOUT_REPLICATED, /* every member holds all of it */
+    SERVE_LAYOUT_SHARDED     /* member i of P holds rows [rows i / P, rows (i + 1) / P) */
+} serve_layout_kind_t;
+
+typedef struct serve_layout {
+    serve_layout_kind_t kind;
+    int owner;
+} serve_layout_t;
+
+/* One message of a schedule: rows [row0, row0 + nrows) from world rank src to world rank dst
+ * (src == dst: a local copy). */
+typedef struct serve_move_msg {
+    int src, dst;
+    size_t row0, nrows;
+} serve_move_msg_t;
+
+/* The messages that move a tensor of `rows` rows from layout `from` on group a (world ranks) to
+ * layout `to` on group b; the same on every rank. Writes up to max, answers how many there
+ * are (-1: some rows are held by no member of a). */
+int serve_reshard_schedule(const int *a, int na, serve_layout_t from, const int *b, int nb,
+                           serve_layout_t to, size_t rows, serve_move_msg_t *msgs, int max);
+
+/* A tensor to move: src is this rank's part under `from` (its first held row first; NULL when it
+ * holds none), dst its part under `to`. */
+typedef struct serve_tensor_move {
+    size_t rows, row_bytes;
+    serve_layout_t from, to;
+    const unsigned char *src;
+    unsigned char *dst;
+} serve_tensor_move_t;
+
+/* Runs the schedules of the tensors over gfc on a ∪ b (namespace ns); every member of either
+ * group calls it with the same groups and layouts; other ranks return at once. */
+tdl_status_t serve_reshard(gfc_runtime_t *rt, int me, const int *a, int na, const int *b, int nb,
+                           uint64_t ns, const serve_tensor_move_t *moves, int nmoves);
+/* Moves a trajectory's state from group a to group b. Members of b not in a must have called
+ * serve_traj_init with the request's spec first. */
+tdl_status_t serve_traj_migrate(gfc_runtime_t *rt, int me, const int *a, int na, const int *b,
+                                int nb, uint64_t ns, serve_traj_t *t);
 
 #ifdef __cplusplus
 }
