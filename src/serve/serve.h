@@ -137,6 +137,43 @@ tdl_status_t serve_reshard(gfc_runtime_t *rt, int me, const int *a, int na, cons
 tdl_status_t serve_traj_migrate(gfc_runtime_t *rt, int me, const int *a, int na, const int *b,
                                 int nb, uint64_t ns, serve_traj_t *t);
 
+/* ==== placing requests on executor ranks (src/serve/dispatch.c) =============================== */
+
+#define SERVE_MAX_DEGREE 8
+
+/* Ranks 1 .. N-1: receive requests from rank 0 and run them on the group named with each (the
+ * first member decodes and sends the PNG back) until rank 0 says stop. */
+tdl_status_t serve_executor_loop(gfc_runtime_t *rt, int me, const dit_model_t *model);
+
+/* A request placed and not yet answered, as rank 0 sees it. */
+typedef struct serve_inflight {
+    uint64_t id;
+    void *user;              /* the caller's handle */
+    int degree, ranks[SERVE_MAX_DEGREE];
+    int pair[2];             /* rank list of `back` */
+    bool active;
+    gfc_group_t back;
+    gfc_request_t *req;
+    unsigned char *png;      /* the answer (the caller frees it once returned by poll) */
+    size_t png_len;          /* 0: the request failed */
+    tdl_status_t status;
+} serve_inflight_t;
+
+typedef struct serve_dispatcher serve_dispatcher_t;
+/* Rank 0's side for a world of `world` ranks (executors 1 .. world - 1). */
+tdl_status_t serve_dispatcher_create(gfc_runtime_t *rt, int world, serve_dispatcher_t **out);
+/* Executors with nothing to do. */
+int serve_dispatcher_idle(const serve_dispatcher_t *d);
+/* Runs a request on `degree` idle executors (sequence parallel when more than one), `chunk`
+ * steps per task. */
+tdl_status_t serve_dispatch(serve_dispatcher_t *d, const serve_traj_spec_t *spec, int degree,
+                            int chunk, void *user);
+/* Finished requests into done[] (up to max); answers how many. Their executors are idle again. */
+int serve_dispatcher_poll(serve_dispatcher_t *d, serve_inflight_t *done, int max);
+/* Tells every executor to leave serve_executor_loop. */
+tdl_status_t serve_dispatcher_stop(serve_dispatcher_t *d);
+void serve_dispatcher_free(serve_dispatcher_t *d);
+
 #ifdef __cplusplus
 }
 #endif
