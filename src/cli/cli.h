@@ -25,6 +25,7 @@ extern const cli_command_t cli_cmd_info;
 extern const cli_command_t cli_cmd_train;
 extern const cli_command_t cli_cmd_generate;
 extern const cli_command_t cli_cmd_ckpt;
+extern const cli_command_t cli_cmd_serve;
 
 /* Prints "tidal: <message>" and returns CLI_EXIT_USAGE. */
 int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

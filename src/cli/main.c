@@ -21,6 +21,7 @@ static const cli_command_t *const commands[] = {
     &cli_cmd_train,
     &cli_cmd_generate,
     &cli_cmd_ckpt,
+    &cli_cmd_serve,
 };
 
 int cli_usage_error(const char *fmt, ...)

@@ -1,0 +1,407 @@
+/* `tidal serve`: image requests over HTTP (and from a trace file), sampled on rank 0 one at a
+ * time, first come first served, until SIGINT or SIGTERM. Multi-rank execution comes with the
+ * scheduler: under mpirun the other ranks wait for the end. doc/serving.md. */
+#include "config.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "mpi/bootstrap.h"
+#include "serve/front.h"
+#include "serve/serve.h"
+#include "train/train.h"
+
+static const tdl_param_def_t serve_params[] = {
+    {"ckpt", TDL_PARAM_STRING, NULL, "weights file written by tidal train (HDF5)", NULL, 1, 0},
+    {"weights", TDL_PARAM_ENUM, "ema", "which weights of the file", "ema|model", 1, 0},
+    {"listen", TDL_PARAM_STRING, "127.0.0.1:8000",
+     "HTTP address, HOST:PORT or [IPV6]:PORT (port 0: any free one; 'none': no HTTP, with "
+     "--trace)",
+     NULL, 1, 0},
+    {"token", TDL_PARAM_STRING, NULL,
+     "bearer token every request but /healthz must carry (better set as TIDAL_TOKEN)", NULL, 1, 0},
+    {"max-body", TDL_PARAM_INT, "65536", "largest request body in bytes (larger: 413)", NULL, 64,
+     1 << 26},
+    {"queue-max", TDL_PARAM_INT, "256", "requests that may wait; more get 503 with Retry-After",
+     NULL, 1, 1e6},
+    {"keep-results", TDL_PARAM_INT, "1024",
+     "finished requests kept for GET /v1/images/ID (the oldest are forgotten)", NULL, 0, 1e7},
+    {"wait-timeout", TDL_PARAM_DOUBLE, "300", "seconds ?wait=1 waits before answering 504", NULL,
+     0.001, 86400},
+    {"max-connections", TDL_PARAM_INT, "1024", "HTTP connections open at once (a thread each)",
+     NULL, 1, 65536},
+    {"connection-timeout", TDL_PARAM_INT, "600",
+     "seconds an HTTP connection may stay idle (0: forever)", NULL, 0, 86400},
+    {"max-resolution", TDL_PARAM_INT, "128",
+     "largest image side a request may ask for: 32, 64 or 128 (sizes the activations)", NULL, 32,
+     128},
+    {"max-batch", TDL_PARAM_INT, "8", "images per forward pass (guided: half as many)", NULL, 2,
+     4096},
+    {"steps", TDL_PARAM_INT, "50", "sampler steps of a request that does not say", NULL, 1,
+     SERVE_MAX_STEPS},
+    {"cfg", TDL_PARAM_DOUBLE, "4.0", "guidance scale of a request that does not say", NULL, 0,
+     SERVE_MAX_CFG},
+    {"trace", TDL_PARAM_STRING, NULL,
+     "JSON-lines file of requests, each with \"at_ms\", its arrival after the start", NULL, 1, 0},
+    {"exit-after-trace", TDL_PARAM_BOOL, "false",
+     "exit when every request of --trace has finished, with a latency summary", NULL, 0, 0},
+    {"max-seconds", TDL_PARAM_DOUBLE, "0", "stop after this long (0: at SIGINT or SIGTERM)", NULL,
+     0, 1e9},
+    {"progress-every", TDL_PARAM_DOUBLE, "5", "seconds between progress lines (0: none)", NULL, 0,
+     1e6},
+};
+
+/* SIGINT and SIGTERM: stop taking requests, finish the one running, fail the waiting ones,
+ * exit 0. A second signal exits at once. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig)
+{
+    if (stop_signal)
+        _exit(128 + sig);
+    stop_signal = sig;
+}
+
+static void install_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+/* ---- the trace replay thread ----------------------------------------------------------------- */
+
+typedef struct trace_run {
+    serve_trace_t trace;
+    serve_queue_t *queue;
+    double t0;
+    pthread_t thread;
+    bool started;
+    int stop;     /* atomic: the main thread asks the replay to end */
+    int finished; /* atomic: every entry was submitted (or refused) */
+    size_t submitted, rejected;
+} trace_run_t;
+
+static void *trace_main(void *arg)
+{
+    trace_run_t *tr = arg;
+    for (size_t i = 0; i < tr->trace.count; i++) {
+        const serve_trace_entry_t *e = &tr->trace.entries[i];
+        for (;;) {
+            if (__atomic_load_n(&tr->stop, __ATOMIC_ACQUIRE))
+                goto out;
+            double left = tr->t0 + (double)e->at_ms * 1e-3 - tdl_clock_s();
+            if (left <= 0)
+                break;
+            usleep((useconds_t)(TDL_MIN(left, 0.05) * 1e6));
+        }
+        char id[SERVE_ID_MAX + 1];
+        tdl_status_t st = serve_queue_submit(tr->queue, &e->params, SERVE_SOURCE_TRACE, id);
+        if (st == TDL_OK) {
+            tr->submitted++;
+            TDL_DEBUG("trace line %ld: request %s at %lld ms", e->line, id, (long long)e->at_ms);
+        } else {
+            if (st == TDL_ERR_MISMATCH) /* the queue did not count it */
+                serve_queue_count_rejected(tr->queue, SERVE_SOURCE_TRACE);
+            tr->rejected++;
+            TDL_WARN("trace line %ld: refused: %s", e->line, tdl_error_get());
+        }
+    }
+out:
+    __atomic_store_n(&tr->finished, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* ---- sampling one request -------------------------------------------------------------------- */
+
+static void run_job(dit_model_t *m, serve_queue_t *q, serve_job_t *job)
+{
+    const serve_request_params_t *p = serve_job_params(job);
+    const dit_config_t *c = &m->config;
+    int n = p->n, res = p->resolution;
+    /* an unconditional request gains nothing from guidance: both halves would be the same */
+    dit_sample_opts_t o = {.kind = p->sampler,
+                           .steps = p->steps,
+                           .cfg_scale = p->label < 0 ? 1.0f : (float)p->cfg,
+                           .seed = p->seed};
+    int *labels = malloc((size_t)n * sizeof(int));
+    float *img = malloc((size_t)n * c->in_channels * res * res * sizeof(float));
+    unsigned char *png = NULL;
+    size_t len = 0;
+    double t0 = tdl_clock_s();
+    tdl_status_t st = TDL_OK;
+    if (!labels || !img)
+        st = tdl_error_raise(TDL_ERR_NOMEM, "out of memory for %d images of %d", n, res);
+    for (int i = 0; st == TDL_OK && i < n; i++)
+        labels[i] = p->label;
+    if (st == TDL_OK)
+        st = dit_sample(m, labels, n, res, res, &o, img);
+    if (st == TDL_OK) {
+        int cols = 1;
+        while (cols * cols < n)
+            cols++;
+        st = serve_png_encode(img, n, c->in_channels, res, res, cols, n > 1 ? 2 : 0, &png, &len);
+    }
+    free(labels), free(img);
+    if (st == TDL_OK) {
+        TDL_INFO("request %s: %d image(s) of %d, label %d, %d steps, cfg %.2f, seed %llu: %.3f s",
+                 p->id, n, res, p->label, p->steps, o.cfg_scale, (unsigned long long)p->seed,
+                 tdl_clock_s() - t0);
+        serve_job_done(q, job, png, len);
+    } else {
+        char why[SERVE_ERROR_MAX];
+        snprintf(why, sizeof(why), "sampling failed: %s", tdl_error_get());
+        TDL_WARN("request %s: %s", p->id, why);
+        serve_job_fail(q, job, why);
+    }
+}
+
+/* ---- rank 0 ---------------------------------------------------------------------------------- */
+
+static void print_latency(const char *what, serve_queue_t *q, serve_source_t src,
+                          const serve_counts_t *k, double elapsed)
+{
+    double *lat = NULL;
+    size_t nl = 0;
+    if (serve_queue_latencies(q, src, &lat, &nl) != TDL_OK)
+        nl = 0;
+    printf("tidal serve: %s: %llu requests, %llu done, %llu failed, %llu rejected in %.1f s "
+           "(%.2f done/s); latency p50 %.3f s, p95 %.3f s, p99 %.3f s; %llu SLO violations\n",
+           what, (unsigned long long)(k->submitted + k->rejected), (unsigned long long)k->done,
+           (unsigned long long)k->failed, (unsigned long long)k->rejected, elapsed,
+           elapsed > 0 ? (double)k->done / elapsed : 0.0, serve_quantile(lat, nl, 0.50),
+           serve_quantile(lat, nl, 0.95), serve_quantile(lat, nl, 0.99),
+           (unsigned long long)k->slo_violations);
+    free(lat);
+}
+
+static int serve_rank0(tdl_params_t *params, int world)
+{
+    const char *ckpt = tdl_param_str(params, "ckpt");
+    const char *listen = tdl_param_str(params, "listen");
+    const char *trace_path = tdl_param_str(params, "trace");
+    bool http_on = strcasecmp(listen, "none") != 0;
+    bool exit_after_trace = tdl_param_bool(params, "exit-after-trace");
+    int max_res = (int)tdl_param_int(params, "max-resolution");
+    double max_seconds = tdl_param_double(params, "max-seconds");
+    double progress_every = tdl_param_double(params, "progress-every");
+
+    dit_model_t *m;
+    tdl_status_t st = train_weights_load(ckpt, tdl_param_str(params, "weights"),
+                                         (int)tdl_param_int(params, "max-batch"), max_res, &m);
+    if (st != TDL_OK) {
+        fprintf(stderr, "tidal: serve: %s\n", tdl_error_get());
+        return CLI_EXIT_FAILURE;
+    }
+    const dit_config_t *c = &m->config;
+    serve_limits_t lim = {.num_classes = c->num_classes,
+                          .max_resolution = max_res,
+                          .default_resolution = 32,
+                          .default_steps = (int)tdl_param_int(params, "steps"),
+                          .default_cfg = tdl_param_double(params, "cfg")};
+    int in = c->input_size;
+    if ((in == 32 || in == 64 || in == 128) && in <= max_res)
+        lim.default_resolution = in;
+
+    int rc = CLI_EXIT_FAILURE;
+    serve_queue_t *q = NULL;
+    serve_http_t *http = NULL;
+    trace_run_t tr;
+    memset(&tr, 0, sizeof(tr));
+    double elapsed = 0;
+    if (trace_path && (st = serve_trace_load(trace_path, &lim, &tr.trace)) != TDL_OK) {
+        rc = cli_usage_error("--trace: %s", tdl_error_get());
+        goto out;
+    }
+    st = serve_queue_create((int)tdl_param_int(params, "queue-max"),
+                            (int)tdl_param_int(params, "keep-results"), &q);
+    if (st != TDL_OK) {
+        fprintf(stderr, "tidal: serve: %s\n", tdl_error_get());
+        goto out;
+    }
+    /* alone, rank 0 coordinates and serves; the other ranks wait for the scheduler */
+    int ranks[SERVE_ROLE_COUNT] = {
+        [SERVE_ROLE_COORDINATOR] = 1, [SERVE_ROLE_SERVING] = 1, [SERVE_ROLE_IDLE] = world - 1};
+    serve_queue_set_ranks(q, ranks);
+    if (http_on) {
+        serve_http_opts_t ho = {
+            .listen = listen,
+            .token = tdl_param_str(params, "token"),
+            .max_body = (size_t)tdl_param_int(params, "max-body"),
+            .wait_timeout_ms = (int)ceil(tdl_param_double(params, "wait-timeout") * 1e3),
+            .max_connections = (int)tdl_param_int(params, "max-connections"),
+            .connection_timeout_s = (int)tdl_param_int(params, "connection-timeout"),
+            .limits = lim};
+        if ((st = serve_http_start(&ho, q, &http)) != TDL_OK) {
+            fprintf(stderr, "tidal: serve: %s\n", tdl_error_get());
+            goto out;
+        }
+    }
+    printf("tidal serve: %s (%zu parameters, %d classes) from %s (%s weights), up to %dx%d, "
+           "queue of %lld\n",
+           c->name, m->num_params, c->num_classes, ckpt, tdl_param_str(params, "weights"), max_res,
+           max_res, (long long)tdl_param_int(params, "queue-max"));
+    if (http) {
+        /* the address as bound: the port chosen when it said 0 */
+        char host[300];
+        const char *colon = strrchr(listen, ':');
+        snprintf(host, sizeof(host), "%.*s", (int)(colon - listen), listen);
+        printf("tidal serve: listening on http://%s:%d%s\n", host, serve_http_port(http),
+               tdl_param_str(params, "token") && tdl_param_str(params, "token")[0]
+                   ? " (bearer token required)"
+                   : "");
+    }
+    if (trace_path)
+        printf("tidal serve: replaying %zu requests from %s%s\n", tr.trace.count, trace_path,
+               exit_after_trace ? ", exiting when they are done" : "");
+    fflush(stdout);
+
+    tr.queue = q;
+    tr.t0 = tdl_clock_s();
+    if (trace_path) {
+        if (pthread_create(&tr.thread, NULL, trace_main, &tr) != 0) {
+            fprintf(stderr, "tidal: serve: cannot start the trace thread\n");
+            goto out;
+        }
+        tr.started = true;
+    }
+    double t0 = tr.t0, last = t0;
+    uint64_t last_done = UINT64_MAX;
+    const char *why = "signal";
+    for (;;) {
+        if (stop_signal) {
+            why = stop_signal == SIGINT ? "SIGINT" : "SIGTERM";
+            break;
+        }
+        serve_job_t *job;
+        st = serve_queue_pop(q, 200, &job);
+        if (st == TDL_OK)
+            run_job(m, q, job);
+        double now = tdl_clock_s();
+        /* the replay's end first: the counts read after it include its last request */
+        bool trace_over = trace_path && __atomic_load_n(&tr.finished, __ATOMIC_ACQUIRE);
+        serve_stats_t s;
+        serve_queue_stats(q, &s);
+        uint64_t done = 0, failed = 0, rejected = 0;
+        for (int i = 0; i < SERVE_SOURCE_COUNT; i++) {
+            done += s.by_source[i].done;
+            failed += s.by_source[i].failed;
+            rejected += s.by_source[i].rejected;
+        }
+        if (progress_every > 0 && now - last >= progress_every) {
+            if (done + failed != last_done || s.queued || s.running) {
+                printf("tidal serve: %8.1f s  done %llu  failed %llu  rejected %llu  queue %d\n",
+                       now - t0, (unsigned long long)done, (unsigned long long)failed,
+                       (unsigned long long)rejected, s.queued);
+                fflush(stdout);
+            }
+            last = now;
+            last_done = done + failed;
+        }
+        if (max_seconds > 0 && now - t0 >= max_seconds) {
+            why = "--max-seconds";
+            break;
+        }
+        const serve_counts_t *k = &s.by_source[SERVE_SOURCE_TRACE];
+        if (exit_after_trace && trace_over && k->done + k->failed >= k->submitted) {
+            why = "the trace is done";
+            break;
+        }
+    }
+    rc = CLI_EXIT_OK;
+    elapsed = tdl_clock_s() - t0;
+    printf("tidal serve: stopping (%s)\n", why);
+    fflush(stdout);
+out:
+    if (tr.started) {
+        __atomic_store_n(&tr.stop, 1, __ATOMIC_RELEASE);
+        pthread_join(tr.thread, NULL);
+    }
+    if (q)
+        serve_queue_close(q, "the server is shutting down");
+    serve_http_stop(http); /* after the close: no handler is left waiting */
+    if (q && rc == CLI_EXIT_OK) {
+        serve_stats_t s;
+        serve_queue_stats(q, &s);
+        if (trace_path)
+            print_latency("trace", q, SERVE_SOURCE_TRACE, &s.by_source[SERVE_SOURCE_TRACE],
+                          elapsed);
+        if (http)
+            print_latency("http", q, SERVE_SOURCE_HTTP, &s.by_source[SERVE_SOURCE_HTTP], elapsed);
+        fflush(stdout);
+    }
+    serve_queue_destroy(q);
+    serve_trace_free(&tr.trace);
+    dit_model_free(m);
+    return rc;
+}
+
+static int serve_run(tdl_params_t *params, int npos, char **pos)
+{
+    if (npos > 0)
+        return cli_usage_error("'tidal serve' takes no arguments, found '%s'", pos[0]);
+    if (!tdl_param_str(params, "ckpt"))
+        return cli_usage_error("'tidal serve' needs --ckpt FILE (a weights file from tidal "
+                               "train)");
+    int max_res = (int)tdl_param_int(params, "max-resolution");
+    if (max_res != 32 && max_res != 64 && max_res != 128)
+        return cli_usage_error("--max-resolution must be 32, 64 or 128, not %d", max_res);
+    const char *listen = tdl_param_str(params, "listen");
+    bool http_on = strcasecmp(listen, "none") != 0;
+    if (!http_on && !tdl_param_str(params, "trace"))
+        return cli_usage_error("--listen none leaves nothing to serve: give --trace FILE");
+    if (http_on && !strrchr(listen, ':'))
+        return cli_usage_error("--listen '%s': use HOST:PORT (127.0.0.1:8000)", listen);
+    if (tdl_param_bool(params, "exit-after-trace") && !tdl_param_str(params, "trace"))
+        return cli_usage_error("--exit-after-trace needs --trace FILE");
+
+    tdl_boot_info_t me;
+    tdl_status_t st = tdl_boot_init(NULL, NULL, &me);
+    if (st != TDL_OK) {
+        fprintf(stderr, "tidal: serve: %s\n", tdl_error_get());
+        return CLI_EXIT_FAILURE;
+    }
+    if (me.size > 1)
+        tdl_log_set_rank(me.rank);
+    /* on every rank: SIGTERM from mpirun or Slurm reaches them all */
+    install_signals();
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    int rc;
+    if (me.rank == 0) {
+        if (me.size > 1)
+            fprintf(stderr,
+                    "tidal: serve: multi-rank serving is not there yet: rank 0 serves alone and "
+                    "ranks 1..%d wait until it stops\n",
+                    me.size - 1);
+        rc = serve_rank0(params, me.size);
+    } else {
+        rc = CLI_EXIT_OK; /* a signal here is noted and ignored: rank 0 decides */
+    }
+    /* rank 0's verdict reaches everyone: every rank exits together, with its code */
+    int64_t verdict = me.rank == 0 ? rc : 0;
+    if (me.size > 1 && tdl_boot_allreduce_sum_i64(&verdict) != TDL_OK)
+        verdict = CLI_EXIT_FAILURE;
+    tdl_boot_finalize();
+    return (int)verdict;
+}
+
+const cli_command_t cli_cmd_serve = {
+    .name = "serve",
+    .summary = "serve image requests over HTTP (and from a trace file) from a weights file",
+    .usage = "tidal serve --ckpt FILE [--listen 127.0.0.1:8000] [--token T] [--queue-max 256] "
+             "[--trace FILE.jsonl [--exit-after-trace]]",
+    .params = serve_params,
+    .nparams = TDL_ARRAY_SIZE(serve_params),
+    .run = serve_run,
+};

@@ -1,0 +1,977 @@
+/* The HTTP/1.1 front door of `tidal serve` (libmicrohttpd, one thread per connection) with
+ * JSON through jansson: POST /v1/images, GET /v1/images/{id}, GET /metrics, GET /healthz.
+ * Also the request validator and the trace reader, which share the JSON format. Every error
+ * answer is {"error": "...", "field": "..."} naming the field at fault; doc/serving.md. */
+#include "config.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <jansson.h>
+#include <microhttpd.h>
+
+#include "serve/front.h"
+
+#if MHD_VERSION >= 0x00097002
+typedef enum MHD_Result http_result_t;
+#else
+typedef int http_result_t;
+#endif
+
+/* ==== requests ================================================================================ */
+
+static tdl_status_t field_error(serve_field_error_t *err, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static tdl_status_t field_error(serve_field_error_t *err, const char *field, const char *fmt, ...)
+{
+    va_list ap;
+    snprintf(err->field, sizeof(err->field), "%s", field);
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof(err->message), fmt, ap);
+    va_end(ap);
+    return tdl_error_raise(TDL_ERR_INVALID_ARG, "%s", err->message);
+}
+
+static const char *json_type_name(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a real number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    case JSON_NULL: return "null";
+    }
+    return "?";
+}
+
+static const char *const request_fields[] = {"id",  "label", "n",        "resolution",  "steps",
+                                             "cfg", "seed",  "priority", "deadline_ms", "sampler"};
+
+/* Reads integer field `name` in [min, max]; absent or null keeps *out. */
+static tdl_status_t get_int(json_t *obj, const char *name, int64_t min, int64_t max, int64_t *out,
+                            serve_field_error_t *err)
+{
+    json_t *v = json_object_get(obj, name);
+    if (!v || json_is_null(v))
+        return TDL_OK;
+    if (!json_is_integer(v))
+        return field_error(err, name, "'%s' must be an integer, got %s", name, json_type_name(v));
+    json_int_t x = json_integer_value(v);
+    if (x < min || x > max)
+        return field_error(err, name, "'%s' must be in [%lld, %lld], got %lld", name,
+                           (long long)min, (long long)max, (long long)x);
+    *out = x;
+    return TDL_OK;
+}
+
+static bool id_valid(const char *s, size_t len)
+{
+    if (len < 1 || len > SERVE_ID_MAX)
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_' || c == '.'))
+            return false;
+    }
+    return true;
+}
+
+/* A field name from the client, printable and short, for messages. */
+static void printable(char *dst, size_t size, const char *src)
+{
+    size_t i = 0;
+    for (; src[i] && i + 1 < size; i++)
+        dst[i] = (src[i] >= 0x20 && src[i] < 0x7f) ? src[i] : '?';
+    dst[i] = '\0';
+}
+
+static tdl_status_t request_from_json(json_t *root, const serve_limits_t *lim,
+                                      const char *extra_key, serve_request_params_t *p,
+                                      int64_t *extra, serve_field_error_t *err)
+{
+    if (!json_is_object(root))
+        return field_error(err, "body", "the body must be a JSON object, got %s",
+                           json_type_name(root));
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v)
+    {
+        bool known = extra_key && strcmp(key, extra_key) == 0;
+        for (size_t i = 0; !known && i < TDL_ARRAY_SIZE(request_fields); i++)
+            known = strcmp(key, request_fields[i]) == 0;
+        if (!known) {
+            char name[64];
+            printable(name, sizeof(name), key);
+            return field_error(err, name,
+                               "unknown field '%s' (known: id, label, n, resolution, steps, cfg, "
+                               "seed, priority, deadline_ms, sampler)",
+                               name);
+        }
+    }
+    memset(p, 0, sizeof(*p));
+    int64_t label = -1, n = 1, res = lim->default_resolution, steps = lim->default_steps;
+    int64_t seed = -1, prio = 0, deadline = 0;
+    tdl_status_t st;
+    if ((st = get_int(root, "label", -1, lim->num_classes - 1, &label, err)) ||
+        (st = get_int(root, "n", 1, SERVE_MAX_IMAGES, &n, err)) ||
+        (st = get_int(root, "resolution", INT64_MIN, INT64_MAX, &res, err)) ||
+        (st = get_int(root, "steps", 1, SERVE_MAX_STEPS, &steps, err)) ||
+        (st = get_int(root, "seed", 0, (int64_t)SERVE_MAX_SEED, &seed, err)) ||
+        (st = get_int(root, "priority", -SERVE_MAX_PRIORITY, SERVE_MAX_PRIORITY, &prio, err)) ||
+        (st = get_int(root, "deadline_ms", 0, SERVE_MAX_DEADLINE_MS, &deadline, err)))
+        return st;
+    if ((res != 32 && res != 64 && res != 128) || res > lim->max_resolution)
+        return field_error(err, "resolution",
+                           "'resolution' must be 32, 64 or 128 (at most %d "
+                           "on this server), got %lld",
+                           lim->max_resolution, (long long)res);
+    double cfg = lim->default_cfg;
+    if ((v = json_object_get(root, "cfg")) && !json_is_null(v)) {
+        if (!json_is_number(v))
+            return field_error(err, "cfg", "'cfg' must be a number, got %s", json_type_name(v));
+        cfg = json_number_value(v);
+        if (!(cfg >= 0 && cfg <= SERVE_MAX_CFG))
+            return field_error(err, "cfg", "'cfg' must be in [0, %g], got %g", SERVE_MAX_CFG, cfg);
+    }
+    p->sampler = DIT_SAMPLER_HEUN;
+    if ((v = json_object_get(root, "sampler")) && !json_is_null(v)) {
+        if (!json_is_string(v))
+            return field_error(err, "sampler", "'sampler' must be a string, got %s",
+                               json_type_name(v));
+        if (strcmp(json_string_value(v), "euler") == 0)
+            p->sampler = DIT_SAMPLER_EULER;
+        else if (strcmp(json_string_value(v), "heun") != 0)
+            return field_error(err, "sampler", "'sampler' must be \"euler\" or \"heun\"");
+    }
+    if ((v = json_object_get(root, "id")) && !json_is_null(v)) {
+        if (!json_is_string(v))
+            return field_error(err, "id", "'id' must be a string, got %s", json_type_name(v));
+        if (!id_valid(json_string_value(v), json_string_length(v)))
+            return field_error(err, "id", "'id' must be 1 to %d characters of A-Z a-z 0-9 . _ -",
+                               SERVE_ID_MAX);
+        memcpy(p->id, json_string_value(v), json_string_length(v) + 1);
+    }
+    if (extra_key) {
+        int64_t x = -1;
+        if ((v = json_object_get(root, extra_key)) == NULL || json_is_null(v))
+            return field_error(err, extra_key, "'%s' is missing", extra_key);
+        if ((st = get_int(root, extra_key, 0, INT64_C(1) << 40, &x, err)) != TDL_OK)
+            return st;
+        *extra = x;
+    }
+    p->label = (int)label, p->n = (int)n, p->resolution = (int)res, p->steps = (int)steps;
+    p->cfg = cfg;
+    p->has_seed = seed >= 0;
+    p->seed = p->has_seed ? (uint64_t)seed : 0;
+    p->priority = (int)prio;
+    p->deadline_ms = deadline;
+    return TDL_OK;
+}
+
+tdl_status_t serve_request_parse(const char *text, size_t len, const serve_limits_t *limits,
+                                 const char *extra_key, serve_request_params_t *params_out,
+                                 int64_t *extra_out, serve_field_error_t *err)
+{
+    if (len == 0)
+        return field_error(err, "body", "the body is empty: send a JSON object");
+    json_error_t je;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    if (!root)
+        return field_error(err, "body", "invalid JSON at line %d, column %d: %s", je.line,
+                           je.column, je.text);
+    serve_request_params_t p;
+    int64_t extra = 0;
+    tdl_status_t st = request_from_json(root, limits, extra_key, &p, &extra, err);
+    json_decref(root);
+    if (st != TDL_OK)
+        return st;
+    *params_out = p;
+    if (extra_key)
+        *extra_out = extra;
+    return TDL_OK;
+}
+
+/* ==== traces ================================================================================== */
+
+static int trace_cmp(const void *a, const void *b)
+{
+    const serve_trace_entry_t *x = a, *y = b;
+    if (x->at_ms != y->at_ms)
+        return x->at_ms < y->at_ms ? -1 : 1;
+    return (x->line > y->line) - (x->line < y->line);
+}
+
+tdl_status_t serve_trace_load(const char *path, const serve_limits_t *limits,
+                              serve_trace_t *trace_out)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return tdl_error_raise(TDL_ERR_NOT_FOUND, "cannot open trace '%s': %s", path,
+                               strerror(errno));
+    serve_trace_entry_t *e = NULL;
+    size_t n = 0, cap = 0, size = 0;
+    char *line = NULL;
+    ssize_t got;
+    long lineno = 0;
+    tdl_status_t st = TDL_OK;
+    while ((got = getline(&line, &size, f)) >= 0) {
+        lineno++;
+        size_t len = (size_t)got;
+        while (len && strchr(" \t\r\n", line[len - 1]))
+            len--;
+        size_t skip = 0;
+        while (skip < len && (line[skip] == ' ' || line[skip] == '\t'))
+            skip++;
+        if (skip == len)
+            continue;
+        if (n == cap) {
+            size_t c2 = cap ? 2 * cap : 256;
+            serve_trace_entry_t *e2 = realloc(e, c2 * sizeof(*e));
+            if (!e2) {
+                st = tdl_error_raise(TDL_ERR_NOMEM, "trace '%s': out of memory", path);
+                goto out;
+            }
+            e = e2, cap = c2;
+        }
+        serve_field_error_t err;
+        st = serve_request_parse(line + skip, len - skip, limits, "at_ms", &e[n].params,
+                                 &e[n].at_ms, &err);
+        if (st != TDL_OK) {
+            st = tdl_error_raise(TDL_ERR_INVALID_ARG, "%s:%ld: field '%s': %s", path, lineno,
+                                 err.field, err.message);
+            goto out;
+        }
+        e[n].line = lineno;
+        n++;
+    }
+    if (ferror(f))
+        st = tdl_error_raise(TDL_ERR_IO, "cannot read trace '%s': %s", path, strerror(errno));
+out:
+    free(line);
+    fclose(f);
+    if (st != TDL_OK) {
+        free(e);
+        return st;
+    }
+    if (n)
+        qsort(e, n, sizeof(*e), trace_cmp);
+    trace_out->count = n;
+    trace_out->entries = e;
+    return TDL_OK;
+}
+
+void serve_trace_free(serve_trace_t *trace)
+{
+    free(trace->entries);
+    trace->entries = NULL;
+    trace->count = 0;
+}
+
+/* ==== the server ============================================================================== */
+
+/* Codes counted by /metrics; the last slot counts the others. */
+static const unsigned http_codes[] = {200, 202, 400, 401, 404, 405, 409, 413, 500, 503, 504};
+#define HTTP_NCODES (TDL_ARRAY_SIZE(http_codes) + 1)
+
+struct serve_http {
+    struct MHD_Daemon *daemon;
+    serve_queue_t *queue;
+    serve_http_opts_t o;
+    char *token;
+    char *listen;
+    int port;
+    int inflight; /* atomic: requests begun and not completed */
+    uint64_t responses[HTTP_NCODES];
+};
+
+typedef enum { ROUTE_NONE, ROUTE_IMAGES, ROUTE_IMAGE, ROUTE_METRICS, ROUTE_HEALTHZ } route_t;
+
+/* One request on a connection: what the body has brought so far. */
+typedef struct http_conn {
+    route_t route;
+    char id[SERVE_ID_MAX + 1];
+    char *body;
+    size_t len, cap;
+    bool too_big;
+    size_t discarded;
+} http_conn_t;
+
+static void http_count(serve_http_t *h, unsigned code)
+{
+    size_t i = 0;
+    while (i < TDL_ARRAY_SIZE(http_codes) && http_codes[i] != code)
+        i++;
+    __atomic_fetch_add(&h->responses[i], 1, __ATOMIC_RELAXED);
+}
+
+/* Queues `r` (consumed) with the headers every answer carries. */
+static http_result_t reply(serve_http_t *h, struct MHD_Connection *c, unsigned code,
+                           struct MHD_Response *r, const char *method, const char *url)
+{
+    if (!r)
+        return MHD_NO;
+    MHD_add_response_header(r, "Cache-Control", "no-store");
+    http_result_t ret = MHD_queue_response(c, code, r);
+    MHD_destroy_response(r);
+    http_count(h, code);
+    if (TDL_LOG_INFO <= tdl_log_get_level()) {
+        char m[16], u[160]; /* a decoded URL may hold anything, line feeds too */
+        printable(m, sizeof(m), method);
+        printable(u, sizeof(u), url);
+        tdl_log_write(TDL_LOG_INFO, "http %s %s -> %u", m, u, code);
+    }
+    return ret;
+}
+
+static struct MHD_Response *response_text(const char *ctype, char *text, size_t len)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(text);
+        return NULL;
+    }
+    MHD_add_response_header(r, "Content-Type", ctype);
+    return r;
+}
+
+/* obj is consumed. */
+static struct MHD_Response *response_json(json_t *obj)
+{
+    if (!obj)
+        return NULL;
+    char *text = json_dumps(obj, JSON_COMPACT | JSON_REAL_PRECISION(6));
+    json_decref(obj);
+    if (!text)
+        return NULL;
+    size_t len = strlen(text);
+    char *nl = realloc(text, len + 2);
+    if (nl) {
+        text = nl;
+        text[len++] = '\n';
+        text[len] = '\0';
+    }
+    return response_text("application/json", text, len);
+}
+
+static struct MHD_Response *response_error(const char *field, const char *id, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static struct MHD_Response *response_error(const char *field, const char *id, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    json_t *o = json_pack("{s:s, s:s}", "error", msg, "field", field);
+    if (o && id)
+        json_object_set_new(o, "id", json_string(id));
+    return response_json(o);
+}
+
+static http_result_t reply_error(serve_http_t *h, struct MHD_Connection *c, unsigned code,
+                                 const char *method, const char *url, const char *field,
+                                 const char *msg)
+{
+    return reply(h, c, code, response_error(field, NULL, "%s", msg), method, url);
+}
+
+static route_t route_of(const char *url, char id_out[SERVE_ID_MAX + 1])
+{
+    static const char prefix[] = "/v1/images/";
+    if (strcmp(url, "/v1/images") == 0)
+        return ROUTE_IMAGES;
+    if (strcmp(url, "/metrics") == 0)
+        return ROUTE_METRICS;
+    if (strcmp(url, "/healthz") == 0)
+        return ROUTE_HEALTHZ;
+    if (strncmp(url, prefix, sizeof(prefix) - 1) == 0) {
+        const char *id = url + sizeof(prefix) - 1;
+        size_t len = strlen(id);
+        if (id_valid(id, len)) {
+            memcpy(id_out, id, len + 1);
+            return ROUTE_IMAGE;
+        }
+    }
+    return ROUTE_NONE;
+}
+
+static bool method_is(const char *method, const char *name)
+{
+    return strcmp(method, name) == 0;
+}
+
+static const char *route_allow(route_t route)
+{
+    return route == ROUTE_IMAGES ? "POST" : "GET, HEAD";
+}
+
+static bool route_allows(route_t route, const char *method)
+{
+    if (route == ROUTE_IMAGES)
+        return method_is(method, "POST");
+    return method_is(method, "GET") || method_is(method, "HEAD");
+}
+
+/* Compares in time independent of where the strings differ. */
+static bool token_equal(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    unsigned diff = (unsigned)(la ^ lb);
+    for (size_t i = 0; i < lb; i++)
+        diff |= (unsigned char)(i < la ? a[i] : 0) ^ (unsigned char)b[i];
+    return diff == 0;
+}
+
+static bool authorized(serve_http_t *h, struct MHD_Connection *c)
+{
+    if (!h->token)
+        return true;
+    const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (!auth || strncasecmp(auth, "Bearer ", 7) != 0)
+        return false;
+    auth += 7;
+    while (*auth == ' ')
+        auth++;
+    return token_equal(auth, h->token);
+}
+
+/* The query arguments of a route, checked: wait=0|1 (and POST, GET), format=json|png (GET). */
+typedef struct query_args {
+    route_t route;
+    int wait;     /* 0 or 1 */
+    bool png;     /* format=png */
+    char bad[64]; /* the first argument at fault */
+    char why[160];
+} query_args_t;
+
+static http_result_t query_arg(void *cls, enum MHD_ValueKind kind, const char *key,
+                               const char *value)
+{
+    query_args_t *q = cls;
+    if (q->bad[0])
+        return MHD_YES;
+    if (strcmp(key, "wait") == 0) {
+        if (!value || !strcmp(value, "1") || !strcmp(value, "true"))
+            q->wait = 1;
+        else if (!strcmp(value, "0") || !strcmp(value, "false"))
+            q->wait = 0;
+        else
+            snprintf(q->why, sizeof(q->why), "'wait' must be 0 or 1");
+    } else if (strcmp(key, "format") == 0 && q->route == ROUTE_IMAGE) {
+        if (value && !strcmp(value, "png"))
+            q->png = true;
+        else if (value && !strcmp(value, "json"))
+            q->png = false;
+        else
+            snprintf(q->why, sizeof(q->why), "'format' must be json or png");
+    } else {
+        char name[48];
+        printable(name, sizeof(name), key);
+        snprintf(q->why, sizeof(q->why), "unknown query argument '%s'", name);
+    }
+    if (q->why[0])
+        printable(q->bad, sizeof(q->bad), key);
+    return MHD_YES;
+}
+
+static int retry_after_s(serve_http_t *h)
+{
+    serve_stats_t s;
+    serve_queue_stats(h->queue, &s);
+    double mean = s.run.count ? s.run.sum / (double)s.run.count : 1.0;
+    int servers = TDL_MAX(1, s.ranks[SERVE_ROLE_SERVING]);
+    double wait = mean * (double)s.queued / servers;
+    return (int)TDL_MIN(60.0, TDL_MAX(1.0, wait + 0.999));
+}
+
+static const char *sampler_name(dit_sampler_kind_t k)
+{
+    return k == DIT_SAMPLER_EULER ? "euler" : "heun";
+}
+
+static json_t *info_json(const serve_request_info_t *in)
+{
+    const serve_request_params_t *p = &in->params;
+    json_t *o = json_object();
+    if (!o)
+        return NULL;
+    json_object_set_new(o, "id", json_string(p->id));
+    json_object_set_new(o, "status", json_string(serve_state_name(in->state)));
+    json_object_set_new(o, "label", json_integer(p->label));
+    json_object_set_new(o, "n", json_integer(p->n));
+    json_object_set_new(o, "resolution", json_integer(p->resolution));
+    json_object_set_new(o, "steps", json_integer(p->steps));
+    json_object_set_new(o, "cfg", json_real(p->cfg));
+    json_object_set_new(o, "seed", json_integer((json_int_t)p->seed));
+    json_object_set_new(o, "priority", json_integer(p->priority));
+    json_object_set_new(o, "deadline_ms", json_integer(p->deadline_ms));
+    json_object_set_new(o, "sampler", json_string(sampler_name(p->sampler)));
+    json_object_set_new(o, "source",
+                        json_string(in->source == SERVE_SOURCE_TRACE ? "trace" : "http"));
+    double now = tdl_clock_s();
+    if (in->state == SERVE_STATE_QUEUED)
+        json_object_set_new(o, "position", json_integer(in->position));
+    double started = in->start_s > 0 ? in->start_s : (in->end_s > 0 ? in->end_s : now);
+    json_object_set_new(o, "queue_ms", json_real(1e3 * (started - in->submit_s)));
+    if (in->start_s > 0)
+        json_object_set_new(o, "run_ms",
+                            json_real(1e3 * ((in->end_s > 0 ? in->end_s : now) - in->start_s)));
+    if (in->end_s > 0) {
+        json_object_set_new(o, "latency_ms", json_real(1e3 * (in->end_s - in->submit_s)));
+        if (p->deadline_ms > 0)
+            json_object_set_new(o, "slo_violated", json_boolean(in->slo_violated));
+    }
+    if (in->state == SERVE_STATE_DONE) {
+        json_object_set_new(o, "png_bytes", json_integer((json_int_t)in->png_len));
+        char url[SERVE_ID_MAX + 32];
+        snprintf(url, sizeof(url), "/v1/images/%s?format=png", p->id);
+        json_object_set_new(o, "result", json_string(url));
+    }
+    if (in->state == SERVE_STATE_FAILED)
+        json_object_set_new(o, "error", json_string(in->error));
+    return o;
+}
+
+/* The answer for a request's state: the PNG when done and asked for, JSON otherwise. */
+static http_result_t reply_result(serve_http_t *h, struct MHD_Connection *c, const char *method,
+                                  const char *url, const char *id, bool png, int wait)
+{
+    serve_request_info_t info;
+    unsigned char *bytes = NULL;
+    tdl_status_t st =
+        serve_queue_get(h->queue, id, wait ? h->o.wait_timeout_ms : 0, &info, png ? &bytes : NULL);
+    if (st == TDL_ERR_NOT_FOUND)
+        return reply(h, c, 404,
+                     response_error("id", id, "no request '%s' (or it finished long ago)", id),
+                     method, url);
+    if (st != TDL_OK)
+        return reply(h, c, 500, response_error("request", id, "%s", tdl_error_get()), method, url);
+    if (info.state == SERVE_STATE_FAILED && png)
+        return reply(h, c, info.canceled ? 503 : 500,
+                     response_error(info.canceled ? "queue" : "request", id, "%s", info.error),
+                     method, url);
+    if (wait && info.state != SERVE_STATE_DONE && info.state != SERVE_STATE_FAILED)
+        return reply(h, c, 504,
+                     response_error("wait", id,
+                                    "not done after %.0f s; the request goes on: poll "
+                                    "/v1/images/%s",
+                                    h->o.wait_timeout_ms / 1e3, id),
+                     method, url);
+    if (png && info.state == SERVE_STATE_DONE) {
+        struct MHD_Response *r =
+            response_text("image/png", (char *)bytes, bytes ? info.png_len : 0);
+        if (r) {
+            char seed[32];
+            snprintf(seed, sizeof(seed), "%llu", (unsigned long long)info.params.seed);
+            MHD_add_response_header(r, "X-Request-Id", id);
+            MHD_add_response_header(r, "X-Seed", seed);
+        }
+        return reply(h, c, 200, r, method, url);
+    }
+    /* JSON: 200 for a status asked for; 202 for an image asked for and not ready */
+    return reply(h, c, png ? 202 : 200, response_json(info_json(&info)), method, url);
+}
+
+static http_result_t handle_post(serve_http_t *h, struct MHD_Connection *c, const char *method,
+                                 const char *url, http_conn_t *hc, const query_args_t *qa)
+{
+    if (hc->too_big) {
+        char msg[128];
+        snprintf(msg, sizeof(msg), "the body is larger than %zu bytes (--max-body)", h->o.max_body);
+        return reply_error(h, c, 413, method, url, "body", msg);
+    }
+    serve_request_params_t p;
+    serve_field_error_t err;
+    if (serve_request_parse(hc->body ? hc->body : "", hc->len, &h->o.limits, NULL, &p, NULL,
+                            &err) != TDL_OK)
+        return reply_error(h, c, 400, method, url, err.field, err.message);
+    char id[SERVE_ID_MAX + 1];
+    tdl_status_t st = serve_queue_submit(h->queue, &p, SERVE_SOURCE_HTTP, id);
+    if (st == TDL_ERR_MISMATCH)
+        return reply_error(h, c, 409, method, url, "id", tdl_error_get());
+    if (st != TDL_OK) {
+        struct MHD_Response *r = response_error("queue", NULL, "%s", tdl_error_get());
+        if (r) {
+            char ra[16];
+            snprintf(ra, sizeof(ra), "%d", retry_after_s(h));
+            MHD_add_response_header(r, "Retry-After", ra);
+        }
+        return reply(h, c, 503, r, method, url);
+    }
+    TDL_DEBUG("request %s queued: label %d, %d images of %d, %d steps, cfg %g", id, p.label, p.n,
+              p.resolution, p.steps, p.cfg);
+    if (qa->wait)
+        return reply_result(h, c, method, url, id, true, 1);
+    serve_request_info_t info;
+    /* finished and forgotten already (--keep-results 0): the id is all there is */
+    bool known = serve_queue_get(h->queue, id, 0, &info, NULL) == TDL_OK;
+    struct MHD_Response *r = response_json(known ? info_json(&info) : json_pack("{s:s}", "id", id));
+    if (r) {
+        char loc[SERVE_ID_MAX + 16];
+        snprintf(loc, sizeof(loc), "/v1/images/%s", id);
+        MHD_add_response_header(r, "Location", loc);
+    }
+    return reply(h, c, 202, r, method, url);
+}
+
+static http_result_t handle_metrics(serve_http_t *h, struct MHD_Connection *c, const char *method,
+                                    const char *url)
+{
+    serve_stats_t s;
+    serve_queue_stats(h->queue, &s);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f)
+        return reply_error(h, c, 500, method, url, "metrics", "out of memory");
+    fprintf(f,
+            "# HELP tidal_queue_length Requests waiting to run.\n"
+            "# TYPE tidal_queue_length gauge\ntidal_queue_length %d\n",
+            s.queued);
+    fprintf(f,
+            "# HELP tidal_queue_capacity Requests that may wait before new ones get 503.\n"
+            "# TYPE tidal_queue_capacity gauge\ntidal_queue_capacity %d\n",
+            s.capacity);
+    fprintf(f,
+            "# HELP tidal_requests_running Requests being sampled.\n"
+            "# TYPE tidal_requests_running gauge\ntidal_requests_running %d\n",
+            s.running);
+    fprintf(f, "# HELP tidal_requests_total Requests by outcome and source.\n"
+               "# TYPE tidal_requests_total counter\n");
+    static const char *const sources[] = {"http", "trace"};
+    for (int i = 0; i < SERVE_SOURCE_COUNT; i++) {
+        const serve_counts_t *k = &s.by_source[i];
+        fprintf(f,
+                "tidal_requests_total{status=\"submitted\",source=\"%s\"} %llu\n"
+                "tidal_requests_total{status=\"rejected\",source=\"%s\"} %llu\n"
+                "tidal_requests_total{status=\"done\",source=\"%s\"} %llu\n"
+                "tidal_requests_total{status=\"failed\",source=\"%s\"} %llu\n",
+                sources[i], (unsigned long long)k->submitted, sources[i],
+                (unsigned long long)k->rejected, sources[i], (unsigned long long)k->done,
+                sources[i], (unsigned long long)k->failed);
+    }
+    fprintf(f, "# HELP tidal_slo_violations_total Requests finished after their deadline_ms.\n"
+               "# TYPE tidal_slo_violations_total counter\n");
+    for (int i = 0; i < SERVE_SOURCE_COUNT; i++)
+        fprintf(f, "tidal_slo_violations_total{source=\"%s\"} %llu\n", sources[i],
+                (unsigned long long)s.by_source[i].slo_violations);
+    struct {
+        const char *name, *help;
+        const serve_hist_t *hist;
+    } hists[] = {
+        {"tidal_request_latency_seconds", "From arrival to the PNG, requests done.", &s.latency},
+        {"tidal_request_queue_seconds", "From arrival to the start of sampling.", &s.queue_wait},
+        {"tidal_request_run_seconds", "Sampling and encoding, requests done.", &s.run},
+    };
+    for (size_t i = 0; i < TDL_ARRAY_SIZE(hists); i++) {
+        const serve_hist_t *hs = hists[i].hist;
+        fprintf(f, "# HELP %s %s\n# TYPE %s histogram\n", hists[i].name, hists[i].help,
+                hists[i].name);
+        uint64_t cum = 0;
+        for (int b = 0; b < SERVE_HIST_BUCKETS; b++) {
+            cum += hs->buckets[b];
+            fprintf(f, "%s_bucket{le=\"%g\"} %llu\n", hists[i].name, serve_hist_bounds[b],
+                    (unsigned long long)cum);
+        }
+        cum += hs->buckets[SERVE_HIST_BUCKETS];
+        fprintf(f, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", hists[i].name,
+                (unsigned long long)cum, hists[i].name, hs->sum, hists[i].name,
+                (unsigned long long)hs->count);
+    }
+    fprintf(f, "# HELP tidal_ranks Ranks by role (alone, rank 0 coordinates and serves).\n"
+               "# TYPE tidal_ranks gauge\n");
+    for (int r = 0; r < SERVE_ROLE_COUNT; r++)
+        fprintf(f, "tidal_ranks{role=\"%s\"} %d\n", serve_role_name((serve_role_t)r), s.ranks[r]);
+    fprintf(f, "# HELP tidal_http_responses_total HTTP answers by status code.\n"
+               "# TYPE tidal_http_responses_total counter\n");
+    for (size_t i = 0; i < HTTP_NCODES; i++) {
+        uint64_t v = __atomic_load_n(&h->responses[i], __ATOMIC_RELAXED);
+        if (i < TDL_ARRAY_SIZE(http_codes))
+            fprintf(f, "tidal_http_responses_total{code=\"%u\"} %llu\n", http_codes[i],
+                    (unsigned long long)v);
+        else
+            fprintf(f, "tidal_http_responses_total{code=\"other\"} %llu\n", (unsigned long long)v);
+    }
+    if (fclose(f) != 0) {
+        free(text);
+        return reply_error(h, c, 500, method, url, "metrics", "out of memory");
+    }
+    return reply(h, c, 200, response_text("text/plain; version=0.0.4; charset=utf-8", text, len),
+                 method, url);
+}
+
+/* What can be answered before the body arrives: unknown paths, wrong methods, missing
+ * credentials, declared bodies over the limit. Returns true with *ret set when it answered. */
+static bool answer_early(serve_http_t *h, struct MHD_Connection *c, const char *url,
+                         const char *method, http_conn_t *hc, http_result_t *ret)
+{
+    hc->route = route_of(url, hc->id);
+    if (hc->route == ROUTE_NONE) {
+        char u[80];
+        printable(u, sizeof(u), url);
+        *ret = reply(h, c, 404,
+                     response_error("path", NULL,
+                                    "no such path '%s' (POST /v1/images, GET /v1/images/ID, "
+                                    "GET /metrics, GET /healthz)",
+                                    u),
+                     method, url);
+        return true;
+    }
+    if (!route_allows(hc->route, method)) {
+        char m[24];
+        printable(m, sizeof(m), method);
+        struct MHD_Response *r = response_error("method", NULL, "%s is not allowed here: use %s", m,
+                                                route_allow(hc->route));
+        if (r)
+            MHD_add_response_header(r, "Allow", route_allow(hc->route));
+        *ret = reply(h, c, 405, r, method, url);
+        return true;
+    }
+    if (hc->route != ROUTE_HEALTHZ && !authorized(h, c)) {
+        struct MHD_Response *r = response_error(
+            "authorization", NULL, "missing or wrong bearer token (Authorization: Bearer ...)");
+        if (r)
+            MHD_add_response_header(r, "WWW-Authenticate", "Bearer realm=\"tidal\"");
+        *ret = reply(h, c, 401, r, method, url);
+        return true;
+    }
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    if (cl) {
+        char *end;
+        errno = 0;
+        unsigned long long n = strtoull(cl, &end, 10);
+        if (errno || end == cl || n > h->o.max_body) {
+            char msg[128];
+            snprintf(msg, sizeof(msg), "the body is larger than %zu bytes (--max-body)",
+                     h->o.max_body);
+            *ret = reply_error(h, c, 413, method, url, "body", msg);
+            return true;
+        }
+    }
+    return false;
+}
+
+static http_result_t http_answer(void *cls, struct MHD_Connection *c, const char *url,
+                                 const char *method, const char *version, const char *upload,
+                                 size_t *upload_size, void **con_cls)
+{
+    serve_http_t *h = cls;
+    http_conn_t *hc = *con_cls;
+    if (!hc) {
+        hc = calloc(1, sizeof(*hc));
+        if (!hc)
+            return MHD_NO;
+        *con_cls = hc;
+        __atomic_fetch_add(&h->inflight, 1, __ATOMIC_ACQ_REL);
+        http_result_t ret;
+        if (answer_early(h, c, url, method, hc, &ret))
+            return ret;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        size_t n = *upload_size;
+        *upload_size = 0;
+        if (!hc->too_big && hc->len + n <= h->o.max_body) {
+            if (hc->len + n + 1 > hc->cap) {
+                size_t cap = TDL_MAX(hc->len + n + 1, TDL_MIN(2 * hc->cap, h->o.max_body + 1));
+                char *b = realloc(hc->body, cap);
+                if (!b)
+                    return MHD_NO;
+                hc->body = b, hc->cap = cap;
+            }
+            memcpy(hc->body + hc->len, upload, n);
+            hc->len += n;
+        } else {
+            /* chunked bodies have no declared length: keep reading, answer 413 at the end,
+             * but hang up on one that goes on and on */
+            hc->too_big = true;
+            hc->discarded += n;
+            if (hc->discarded > TDL_MAX((size_t)16 << 20, 16 * h->o.max_body))
+                return MHD_NO;
+        }
+        return MHD_YES;
+    }
+    query_args_t qa = {.route = hc->route};
+    if (hc->route == ROUTE_IMAGES || hc->route == ROUTE_IMAGE) {
+        MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, query_arg, &qa);
+        if (qa.bad[0])
+            return reply_error(h, c, 400, method, url, qa.bad, qa.why);
+    }
+    switch (hc->route) {
+    case ROUTE_IMAGES: return handle_post(h, c, method, url, hc, &qa);
+    case ROUTE_IMAGE: return reply_result(h, c, method, url, hc->id, qa.png, qa.wait);
+    case ROUTE_METRICS: return handle_metrics(h, c, method, url);
+    case ROUTE_HEALTHZ:
+        return reply(h, c, 200, response_text("text/plain", strdup("ok\n"), 3), method, url);
+    case ROUTE_NONE: break;
+    }
+    return MHD_NO;
+}
+
+static void http_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                           enum MHD_RequestTerminationCode why)
+{
+    serve_http_t *h = cls;
+    http_conn_t *hc = *con_cls;
+    if (hc) {
+        free(hc->body);
+        free(hc);
+        *con_cls = NULL;
+        __atomic_fetch_sub(&h->inflight, 1, __ATOMIC_ACQ_REL);
+    }
+}
+
+static void http_log(void *cls, const char *fmt, va_list ap)
+{
+    if (TDL_LOG_INFO <= tdl_log_get_level())
+        tdl_log_vwrite(TDL_LOG_INFO, fmt, ap);
+}
+
+/* "host:port", "[v6]:port"; an empty host means every address. */
+static tdl_status_t listen_socket(const char *addr, int *fd_out, int *family_out, int *port_out)
+{
+    char host[256], port[16];
+    const char *colon = strrchr(addr, ':');
+    const char *h0 = addr, *h1 = colon;
+    if (addr[0] == '[') {
+        const char *rb = strchr(addr, ']');
+        if (!rb || rb[1] != ':')
+            return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                                   "--listen '%s': use HOST:PORT or [IPV6]:PORT", addr);
+        h0 = addr + 1, h1 = rb, colon = rb + 1;
+    }
+    if (!colon || (size_t)(h1 - h0) >= sizeof(host) || strlen(colon + 1) >= sizeof(port) ||
+        !colon[1] || strspn(colon + 1, "0123456789") != strlen(colon + 1) ||
+        atol(colon + 1) > 65535)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                               "--listen '%s': use HOST:PORT (127.0.0.1:8000, [::1]:8000, "
+                               "0.0.0.0:8000; port 0 picks a free one)",
+                               addr);
+    memcpy(host, h0, (size_t)(h1 - h0));
+    host[h1 - h0] = '\0';
+    snprintf(port, sizeof(port), "%s", colon + 1);
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    int gai = getaddrinfo(host[0] ? host : NULL, port, &hints, &res);
+    if (gai != 0)
+        return tdl_error_raise(TDL_ERR_IO, "cannot listen on %s: %s", addr, gai_strerror(gai));
+    int err = 0, fd = -1, family = 0;
+    for (struct addrinfo *a = res; a; a = a->ai_next) {
+        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0) {
+            err = errno;
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 1024) == 0) {
+            family = a->ai_family;
+            break;
+        }
+        err = errno;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    if (fd < 0)
+        return tdl_error_raise(TDL_ERR_IO, "cannot listen on %s: %s", addr, strerror(err));
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    int p = 0;
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
+        p = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                           : ((struct sockaddr_in *)&ss)->sin_port);
+    *fd_out = fd;
+    *family_out = family;
+    *port_out = p;
+    return TDL_OK;
+}
+
+tdl_status_t serve_http_start(const serve_http_opts_t *opts, serve_queue_t *queue,
+                              serve_http_t **http_out)
+{
+    if (opts->max_body < 1 || opts->wait_timeout_ms < 1 || opts->max_connections < 1 ||
+        opts->limits.num_classes < 1)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "serve http: bad options");
+    serve_http_t *h = calloc(1, sizeof(*h));
+    if (!h)
+        return tdl_error_raise(TDL_ERR_NOMEM, "serve http: out of memory");
+    h->o = *opts;
+    h->queue = queue;
+    h->listen = strdup(opts->listen);
+    if (opts->token && opts->token[0])
+        h->token = strdup(opts->token);
+    h->o.listen = h->listen;
+    h->o.token = h->token;
+    tdl_status_t st;
+    if (!h->listen || (opts->token && opts->token[0] && !h->token)) {
+        st = tdl_error_raise(TDL_ERR_NOMEM, "serve http: out of memory");
+        goto err_free;
+    }
+    int fd, family;
+    if ((st = listen_socket(opts->listen, &fd, &family, &h->port)) != TDL_OK)
+        goto err_free;
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                     MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    if (family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    h->daemon = MHD_start_daemon(
+        flags, 0, NULL, NULL, http_answer, h, MHD_OPTION_EXTERNAL_LOGGER, http_log, h,
+        MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_NOTIFY_COMPLETED, http_completed, h,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)opts->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)TDL_MAX(opts->connection_timeout_s, 0), MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        (size_t)64 * 1024, MHD_OPTION_THREAD_STACK_SIZE, (size_t)1 << 20, MHD_OPTION_END);
+    if (!h->daemon) {
+        close(fd);
+        st = tdl_error_raise(TDL_ERR_IO, "cannot serve HTTP on %s: libmicrohttpd did not start",
+                             opts->listen);
+        goto err_free;
+    }
+    *http_out = h;
+    return TDL_OK;
+err_free:
+    free(h->token);
+    free(h->listen);
+    free(h);
+    return st;
+}
+
+int serve_http_port(const serve_http_t *http)
+{
+    return http->port;
+}
+
+void serve_http_stop(serve_http_t *h)
+{
+    if (!h)
+        return;
+    if (h->daemon) {
+        /* stop accepting, then let the answers under way (waiters woken by the queue's close)
+         * go out before the connections are cut */
+        int fd = MHD_quiesce_daemon(h->daemon);
+        if (fd >= 0)
+            close(fd);
+        double until = tdl_clock_s() + 5.0;
+        while (__atomic_load_n(&h->inflight, __ATOMIC_ACQUIRE) > 0 && tdl_clock_s() < until)
+            usleep(10000);
+        MHD_stop_daemon(h->daemon);
+    }
+    free(h->token);
+    free(h->listen);
+    free(h);
+}

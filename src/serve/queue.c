@@ -1,0 +1,478 @@
+/* The request table and queue of `tidal serve`: every request the server knows, by id, with its
+ * state, times and result; the waiting ones in arrival order; counters and histograms for
+ * /metrics. One mutex guards it all: every operation is a few pointer moves. */
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "serve/front.h"
+
+#define LATENCIES_KEPT (1u << 20)
+
+const double serve_hist_bounds[SERVE_HIST_BUCKETS] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+                                                      2.5,  5,     10,   30,  60,   120, 300};
+
+struct serve_job {
+    serve_request_info_t info;
+    unsigned char *png;
+    int64_t arrival_ms;
+    int refs;               /* the table, the running executor and each waiter hold one */
+    bool in_table;          /* false once forgotten: freed when the last reference goes */
+    struct serve_job *next; /* in the waiting list or in the finished list */
+};
+
+struct serve_queue {
+    pthread_mutex_t lock;
+    pthread_cond_t ready;    /* a request arrived, or the queue closed */
+    pthread_cond_t finished; /* some request finished */
+    int max_queued, keep_finished;
+    bool closed;
+    serve_job_t **table; /* every request known, in no order */
+    size_t ntable, cap;
+    serve_job_t *wait_head, *wait_tail; /* waiting, in the order they will run */
+    serve_job_t *fin_head, *fin_tail;   /* finished, oldest first */
+    int nwaiting, nfinished, nrunning;
+    uint64_t seq, salt;
+    serve_stats_t stats;
+    double *lat[SERVE_SOURCE_COUNT];
+    size_t nlat[SERVE_SOURCE_COUNT], caplat[SERVE_SOURCE_COUNT];
+};
+
+const char *serve_state_name(serve_state_t state)
+{
+    static const char *const names[] = {"queued", "running", "done", "failed"};
+    return (unsigned)state < TDL_ARRAY_SIZE(names) ? names[state] : "?";
+}
+
+const char *serve_role_name(serve_role_t role)
+{
+    static const char *const names[] = {"coordinator", "serving", "training", "idle"};
+    return (unsigned)role < TDL_ARRAY_SIZE(names) ? names[role] : "?";
+}
+
+static uint64_t splitmix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static void deadline_after(struct timespec *ts, int ms)
+{
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    ts->tv_sec += ms / 1000;
+    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
+tdl_status_t serve_queue_create(int max_queued, int keep_finished, serve_queue_t **queue_out)
+{
+    if (max_queued < 1 || keep_finished < 0)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                               "serve queue: %d places and %d finished kept must be positive",
+                               max_queued, keep_finished);
+    serve_queue_t *q = calloc(1, sizeof(*q));
+    if (!q)
+        return tdl_error_raise(TDL_ERR_NOMEM, "serve queue: out of memory");
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_mutex_init(&q->lock, NULL);
+    pthread_cond_init(&q->ready, &ca);
+    pthread_cond_init(&q->finished, &ca);
+    pthread_condattr_destroy(&ca);
+    q->max_queued = max_queued;
+    q->keep_finished = keep_finished;
+    q->stats.capacity = max_queued;
+    q->salt = splitmix64(tdl_clock_ns() ^ ((uint64_t)(uintptr_t)q << 17) ^
+                         (uint64_t)(tdl_clock_wall_s() * 1e6));
+    *queue_out = q;
+    return TDL_OK;
+}
+
+static void job_unref(serve_job_t *j)
+{
+    if (--j->refs == 0) {
+        free(j->png);
+        free(j);
+    }
+}
+
+void serve_queue_destroy(serve_queue_t *q)
+{
+    if (!q)
+        return;
+    for (size_t i = 0; i < q->ntable; i++) {
+        q->table[i]->in_table = false;
+        job_unref(q->table[i]);
+    }
+    free(q->table);
+    for (int s = 0; s < SERVE_SOURCE_COUNT; s++)
+        free(q->lat[s]);
+    pthread_cond_destroy(&q->finished);
+    pthread_cond_destroy(&q->ready);
+    pthread_mutex_destroy(&q->lock);
+    free(q);
+}
+
+static serve_job_t *table_find(const serve_queue_t *q, const char *id)
+{
+    for (size_t i = 0; i < q->ntable; i++)
+        if (strcmp(q->table[i]->info.params.id, id) == 0)
+            return q->table[i];
+    return NULL;
+}
+
+static void table_remove(serve_queue_t *q, serve_job_t *j)
+{
+    for (size_t i = 0; i < q->ntable; i++) {
+        if (q->table[i] == j) {
+            q->table[i] = q->table[--q->ntable];
+            j->in_table = false;
+            job_unref(j);
+            return;
+        }
+    }
+}
+
+static void hist_observe(serve_hist_t *h, double v)
+{
+    int b = 0;
+    while (b < SERVE_HIST_BUCKETS && v > serve_hist_bounds[b])
+        b++;
+    h->buckets[b]++;
+    h->count++;
+    h->sum += v;
+}
+
+/* Moves a job that just finished (done or failed) to the finished list and forgets the oldest
+ * finished ones beyond keep_finished. */
+static void job_finish(serve_queue_t *q, serve_job_t *j, serve_state_t state, const char *reason)
+{
+    serve_request_info_t *in = &j->info;
+    serve_counts_t *c = &q->stats.by_source[in->source];
+    in->state = state;
+    in->end_s = tdl_clock_s();
+    double latency = in->end_s - in->submit_s;
+    if (in->params.deadline_ms > 0 && latency * 1e3 > (double)in->params.deadline_ms) {
+        in->slo_violated = true;
+        c->slo_violations++;
+    }
+    if (state == SERVE_STATE_DONE) {
+        c->done++;
+        hist_observe(&q->stats.latency, latency);
+        hist_observe(&q->stats.run, in->end_s - in->start_s);
+        size_t *n = &q->nlat[in->source], *cap = &q->caplat[in->source];
+        if (*n == *cap && *cap < LATENCIES_KEPT) {
+            size_t c2 = *cap ? 2 * *cap : 1024;
+            double *l2 = realloc(q->lat[in->source], c2 * sizeof(double));
+            if (l2)
+                q->lat[in->source] = l2, *cap = c2;
+        }
+        if (*n < *cap)
+            q->lat[in->source][(*n)++] = latency;
+    } else {
+        c->failed++;
+        snprintf(in->error, sizeof(in->error), "%s", reason ? reason : "failed");
+    }
+    j->next = NULL;
+    if (q->fin_tail)
+        q->fin_tail->next = j;
+    else
+        q->fin_head = j;
+    q->fin_tail = j;
+    q->nfinished++;
+    while (q->nfinished > q->keep_finished && q->fin_head) {
+        serve_job_t *old = q->fin_head;
+        q->fin_head = old->next;
+        if (!q->fin_head)
+            q->fin_tail = NULL;
+        q->nfinished--;
+        table_remove(q, old);
+    }
+    pthread_cond_broadcast(&q->finished);
+}
+
+static bool id_char_ok(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '_' || c == '.';
+}
+
+tdl_status_t serve_queue_submit(serve_queue_t *q, const serve_request_params_t *params,
+                                serve_source_t source, char id_out[SERVE_ID_MAX + 1])
+{
+    if ((unsigned)source >= SERVE_SOURCE_COUNT)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "serve queue: unknown source %d", source);
+    for (const char *p = params->id; *p; p++)
+        if (!id_char_ok(*p) || p - params->id >= SERVE_ID_MAX)
+            return tdl_error_raise(TDL_ERR_INVALID_ARG, "serve queue: bad request id");
+    serve_job_t *j = calloc(1, sizeof(*j));
+    if (!j)
+        return tdl_error_raise(TDL_ERR_NOMEM, "serve queue: out of memory");
+    tdl_status_t st = TDL_OK;
+    pthread_mutex_lock(&q->lock);
+    if (q->closed) {
+        st = tdl_error_raise(TDL_ERR_CANCELED, "the server is shutting down");
+        goto err_reject;
+    }
+    if (q->nwaiting >= q->max_queued) {
+        st = tdl_error_raise(TDL_ERR_NOMEM, "the queue is full (%d requests waiting)", q->nwaiting);
+        goto err_reject;
+    }
+    if (params->id[0] && table_find(q, params->id)) {
+        st = tdl_error_raise(TDL_ERR_MISMATCH, "a request with id '%s' exists already", params->id);
+        goto err_unlock;
+    }
+    if (q->ntable == q->cap) {
+        size_t cap = q->cap ? 2 * q->cap : 64;
+        serve_job_t **t = realloc(q->table, cap * sizeof(*t));
+        if (!t) {
+            st = tdl_error_raise(TDL_ERR_NOMEM, "serve queue: out of memory");
+            goto err_reject;
+        }
+        q->table = t, q->cap = cap;
+    }
+    uint64_t seq = ++q->seq;
+    serve_request_info_t *in = &j->info;
+    in->params = *params;
+    while (!in->params.id[0] || (!params->id[0] && table_find(q, in->params.id)))
+        snprintf(in->params.id, sizeof(in->params.id), "img-%016llx",
+                 (unsigned long long)splitmix64(q->salt + seq++));
+    if (!in->params.has_seed) {
+        in->params.seed =
+            splitmix64(q->salt ^ (seq * 0x2545f4914f6cdd1dull)) & (SERVE_MAX_SEED - 1);
+        in->params.has_seed = true;
+    }
+    in->state = SERVE_STATE_QUEUED;
+    in->source = source;
+    in->position = -1;
+    in->submit_s = tdl_clock_s();
+    j->arrival_ms = (int64_t)(tdl_clock_ns() / 1000000u);
+    j->refs = 1;
+    j->in_table = true;
+    q->table[q->ntable++] = j;
+    /* first come, first served; the same millisecond: higher priority first. Arrivals come
+     * in order, so the place is nearly always the tail. */
+    serve_job_t *t = q->wait_tail, **link = &q->wait_head;
+    if (t && (t->arrival_ms < j->arrival_ms || t->info.params.priority >= in->params.priority))
+        link = &t->next;
+    while (*link && ((*link)->arrival_ms < j->arrival_ms ||
+                     ((*link)->arrival_ms == j->arrival_ms &&
+                      (*link)->info.params.priority >= in->params.priority))) {
+        link = &(*link)->next;
+    }
+    j->next = *link;
+    *link = j;
+    if (!j->next)
+        q->wait_tail = j;
+    q->nwaiting++;
+    q->stats.by_source[source].submitted++;
+    memcpy(id_out, in->params.id, sizeof(in->params.id));
+    pthread_cond_signal(&q->ready);
+    pthread_mutex_unlock(&q->lock);
+    return TDL_OK;
+err_reject:
+    q->stats.by_source[source].rejected++;
+err_unlock:
+    pthread_mutex_unlock(&q->lock);
+    free(j);
+    return st;
+}
+
+void serve_queue_count_rejected(serve_queue_t *q, serve_source_t source)
+{
+    if ((unsigned)source >= SERVE_SOURCE_COUNT)
+        return;
+    pthread_mutex_lock(&q->lock);
+    q->stats.by_source[source].rejected++;
+    pthread_mutex_unlock(&q->lock);
+}
+
+tdl_status_t serve_queue_pop(serve_queue_t *q, int timeout_ms, serve_job_t **job_out)
+{
+    struct timespec until;
+    deadline_after(&until, timeout_ms > 0 ? timeout_ms : 0);
+    pthread_mutex_lock(&q->lock);
+    int rc = 0;
+    while (!q->wait_head && !q->closed && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&q->ready, &q->lock, &until);
+    if (q->closed) {
+        pthread_mutex_unlock(&q->lock);
+        return TDL_ERR_CANCELED;
+    }
+    serve_job_t *j = q->wait_head;
+    if (!j) {
+        pthread_mutex_unlock(&q->lock);
+        return TDL_ERR_TIMEOUT;
+    }
+    q->wait_head = j->next;
+    if (!q->wait_head)
+        q->wait_tail = NULL;
+    j->next = NULL;
+    q->nwaiting--;
+    q->nrunning++;
+    j->refs++;
+    j->info.state = SERVE_STATE_RUNNING;
+    j->info.start_s = tdl_clock_s();
+    hist_observe(&q->stats.queue_wait, j->info.start_s - j->info.submit_s);
+    pthread_mutex_unlock(&q->lock);
+    *job_out = j;
+    return TDL_OK;
+}
+
+const serve_request_params_t *serve_job_params(const serve_job_t *job)
+{
+    return &job->info.params;
+}
+
+void serve_job_done(serve_queue_t *q, serve_job_t *j, unsigned char *png, size_t len)
+{
+    pthread_mutex_lock(&q->lock);
+    j->png = png;
+    j->info.png_len = len;
+    q->nrunning--;
+    job_finish(q, j, SERVE_STATE_DONE, NULL);
+    job_unref(j);
+    pthread_mutex_unlock(&q->lock);
+}
+
+void serve_job_fail(serve_queue_t *q, serve_job_t *j, const char *reason)
+{
+    pthread_mutex_lock(&q->lock);
+    q->nrunning--;
+    job_finish(q, j, SERVE_STATE_FAILED, reason);
+    job_unref(j);
+    pthread_mutex_unlock(&q->lock);
+}
+
+static bool state_final(serve_state_t s)
+{
+    return s == SERVE_STATE_DONE || s == SERVE_STATE_FAILED;
+}
+
+tdl_status_t serve_queue_get(serve_queue_t *q, const char *id, int wait_ms,
+                             serve_request_info_t *info_out, unsigned char **png_out)
+{
+    pthread_mutex_lock(&q->lock);
+    serve_job_t *j = table_find(q, id);
+    if (!j) {
+        pthread_mutex_unlock(&q->lock);
+        return tdl_error_raise(TDL_ERR_NOT_FOUND, "no request '%s'", id);
+    }
+    if (wait_ms > 0 && !state_final(j->info.state)) {
+        struct timespec until;
+        deadline_after(&until, wait_ms);
+        j->refs++; /* it may be forgotten while we wait: keep it alive */
+        int rc = 0;
+        while (!state_final(j->info.state) && rc != ETIMEDOUT)
+            rc = pthread_cond_timedwait(&q->finished, &q->lock, &until);
+        j->refs--; /* the table or a finished list still holds it, or we free it below */
+    }
+    serve_request_info_t info = j->info;
+    info.position = -1;
+    if (info.state == SERVE_STATE_QUEUED) {
+        int pos = 0;
+        for (serve_job_t *w = q->wait_head; w && w != j; w = w->next)
+            pos++;
+        info.position = pos;
+    }
+    unsigned char *png = NULL;
+    tdl_status_t st = TDL_OK;
+    if (png_out && info.state == SERVE_STATE_DONE && j->png) {
+        png = malloc(j->info.png_len);
+        if (png)
+            memcpy(png, j->png, j->info.png_len);
+        else
+            st = tdl_error_raise(TDL_ERR_NOMEM, "out of memory for a copy of '%s'", id);
+    }
+    if (j->refs == 0) {
+        free(j->png);
+        free(j);
+    }
+    pthread_mutex_unlock(&q->lock);
+    if (st != TDL_OK)
+        return st;
+    *info_out = info;
+    if (png_out)
+        *png_out = png;
+    return TDL_OK;
+}
+
+void serve_queue_close(serve_queue_t *q, const char *reason)
+{
+    pthread_mutex_lock(&q->lock);
+    q->closed = true;
+    while (q->wait_head) {
+        serve_job_t *j = q->wait_head;
+        q->wait_head = j->next;
+        q->nwaiting--;
+        j->info.canceled = true;
+        job_finish(q, j, SERVE_STATE_FAILED, reason);
+    }
+    q->wait_tail = NULL;
+    pthread_cond_broadcast(&q->ready);
+    pthread_cond_broadcast(&q->finished);
+    pthread_mutex_unlock(&q->lock);
+}
+
+void serve_queue_set_ranks(serve_queue_t *q, const int ranks[SERVE_ROLE_COUNT])
+{
+    pthread_mutex_lock(&q->lock);
+    memcpy(q->stats.ranks, ranks, sizeof(q->stats.ranks));
+    pthread_mutex_unlock(&q->lock);
+}
+
+void serve_queue_stats(serve_queue_t *q, serve_stats_t *stats_out)
+{
+    pthread_mutex_lock(&q->lock);
+    q->stats.queued = q->nwaiting;
+    q->stats.running = q->nrunning;
+    *stats_out = q->stats;
+    pthread_mutex_unlock(&q->lock);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+tdl_status_t serve_queue_latencies(serve_queue_t *q, serve_source_t source, double **latencies_out,
+                                   size_t *count_out)
+{
+    if ((unsigned)source >= SERVE_SOURCE_COUNT)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "serve queue: unknown source %d", source);
+    pthread_mutex_lock(&q->lock);
+    size_t n = q->nlat[source];
+    double *v = malloc((n ? n : 1) * sizeof(double));
+    if (v && n)
+        memcpy(v, q->lat[source], n * sizeof(double));
+    pthread_mutex_unlock(&q->lock);
+    if (!v)
+        return tdl_error_raise(TDL_ERR_NOMEM, "out of memory for %zu latencies", n);
+    qsort(v, n, sizeof(double), cmp_double);
+    *latencies_out = v;
+    *count_out = n;
+    return TDL_OK;
+}
+
+double serve_quantile(const double *sorted, size_t n, double p)
+{
+    if (!n)
+        return 0;
+    if (p <= 0)
+        return sorted[0];
+    size_t rank = (size_t)(p * (double)n + 0.999999999); /* nearest rank: ceil(p n) */
+    if (rank < 1)
+        rank = 1;
+    return sorted[TDL_MIN(rank, n) - 1];
+}
