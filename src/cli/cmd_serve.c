@@ -14,6 +14,7 @@
 
 #include "cli/cli.h"
 #include "mpi/bootstrap.h"
+#include "gfc/gfc.h"
 #include "serve/front.h"
 #include "serve/serve.h"
 #include "train/train.h"
@@ -48,6 +49,11 @@ static const tdl_param_def_t serve_params[] = {
      SERVE_MAX_STEPS},
     {"cfg", TDL_PARAM_DOUBLE, "4.0", "guidance scale of a request that does not say", NULL, 0,
      SERVE_MAX_CFG},
+    {"sp", TDL_PARAM_INT, "1",
+     "under mpirun: executor ranks per request (sequence-parallel degree; it must divide the "
+     "tokens and the heads)",
+     NULL, 1, 8},
+    {"chunk", TDL_PARAM_INT, "1", "steps per STEP_CHUNK task", NULL, 1, 1000},
     {"trace", TDL_PARAM_STRING, NULL,
      "JSON-lines file of requests, each with \"at_ms\", its arrival after the start", NULL, 1, 0},
     {"exit-after-trace", TDL_PARAM_BOOL, "false",
@@ -167,6 +173,41 @@ static void run_job(dit_model_t *m, serve_queue_t *q, serve_job_t *job)
     }
 }
 
+/* ---- placing requests on executor ranks (under mpirun) ----------------------------------------- */
+
+static void spec_of(const serve_request_params_t *p, uint64_t id, serve_traj_spec_t *spec)
+{
+    *spec = (serve_traj_spec_t){.id = id,
+                                .seed = p->seed,
+                                .n = p->n,
+                                .res = p->resolution,
+                                .steps = p->steps,
+                                .label = p->label,
+                                /* unconditional: guidance would mix two equal halves */
+                                .cfg = p->label < 0 ? 1.0f : (float)p->cfg,
+                                .sampler = (int)p->sampler,
+                                .priority = p->priority,
+                                .deadline_ms = (double)p->deadline_ms};
+}
+
+/* Finished requests back into the queue. */
+static void collect(serve_dispatcher_t *d, serve_queue_t *q)
+{
+    serve_inflight_t fin[SERVE_MAX_DEGREE * 4];
+    int n = serve_dispatcher_poll(d, fin, (int)TDL_ARRAY_SIZE(fin));
+    for (int i = 0; i < n; i++) {
+        serve_job_t *job = fin[i].user;
+        if (fin[i].status == TDL_OK && fin[i].png_len > 0) {
+            TDL_INFO("request %s: done on ranks %d..%d", serve_job_params(job)->id,
+                     fin[i].ranks[0], fin[i].ranks[fin[i].degree - 1]);
+            serve_job_done(q, job, fin[i].png, fin[i].png_len);
+        } else {
+            free(fin[i].png);
+            serve_job_fail(q, job, "the executor ranks could not run it (see their log)");
+        }
+    }
+}
+
 /* ---- rank 0 ---------------------------------------------------------------------------------- */
 
 static void print_latency(const char *what, serve_queue_t *q, serve_source_t src,
@@ -186,7 +227,7 @@ static void print_latency(const char *what, serve_queue_t *q, serve_source_t src
     free(lat);
 }
 
-static int serve_rank0(tdl_params_t *params, int world)
+static int serve_rank0(tdl_params_t *params, int world, dit_model_t *m, serve_dispatcher_t *d)
 {
     const char *ckpt = tdl_param_str(params, "ckpt");
     const char *listen = tdl_param_str(params, "listen");
@@ -197,13 +238,9 @@ static int serve_rank0(tdl_params_t *params, int world)
     double max_seconds = tdl_param_double(params, "max-seconds");
     double progress_every = tdl_param_double(params, "progress-every");
 
-    dit_model_t *m;
-    tdl_status_t st = train_weights_load(ckpt, tdl_param_str(params, "weights"),
-                                         (int)tdl_param_int(params, "max-batch"), max_res, &m);
-    if (st != TDL_OK) {
-        fprintf(stderr, "tidal: serve: %s\n", tdl_error_get());
-        return CLI_EXIT_FAILURE;
-    }
+    tdl_status_t st = TDL_OK;
+    int sp = (int)tdl_param_int(params, "sp"), chunk = (int)tdl_param_int(params, "chunk");
+    uint64_t next_id = 1;
     const dit_config_t *c = &m->config;
     serve_limits_t lim = {.num_classes = c->num_classes,
                           .max_resolution = max_res,
@@ -230,9 +267,10 @@ static int serve_rank0(tdl_params_t *params, int world)
         fprintf(stderr, "tidal: serve: %s\n", tdl_error_get());
         goto out;
     }
-    /* alone, rank 0 coordinates and serves; the other ranks wait for the scheduler */
-    int ranks[SERVE_ROLE_COUNT] = {
-        [SERVE_ROLE_COORDINATOR] = 1, [SERVE_ROLE_SERVING] = 1, [SERVE_ROLE_IDLE] = world - 1};
+    /* alone, rank 0 coordinates and serves; under mpirun the others execute */
+    int ranks[SERVE_ROLE_COUNT] = {[SERVE_ROLE_COORDINATOR] = 1,
+                                   [SERVE_ROLE_SERVING] = d ? world - 1 : 1,
+                                   [SERVE_ROLE_IDLE] = d ? 0 : world - 1};
     serve_queue_set_ranks(q, ranks);
     if (http_on) {
         serve_http_opts_t ho = {
@@ -285,9 +323,27 @@ static int serve_rank0(tdl_params_t *params, int world)
             break;
         }
         serve_job_t *job;
-        st = serve_queue_pop(q, 200, &job);
-        if (st == TDL_OK)
-            run_job(m, q, job);
+        if (!d) {
+            st = serve_queue_pop(q, 200, &job);
+            if (st == TDL_OK)
+                run_job(m, q, job);
+        } else {
+            collect(d, q);
+            if (serve_dispatcher_idle(d) >= sp) {
+                st = serve_queue_pop(q, 5, &job);
+                if (st == TDL_OK) {
+                    serve_traj_spec_t spec;
+                    spec_of(serve_job_params(job), next_id++, &spec);
+                    if (serve_dispatch(d, &spec, sp, chunk, job) != TDL_OK) {
+                        char why[SERVE_ERROR_MAX];
+                        snprintf(why, sizeof(why), "cannot place it: %s", tdl_error_get());
+                        serve_job_fail(q, job, why);
+                    }
+                }
+            } else {
+                usleep(1000);
+            }
+        }
         double now = tdl_clock_s();
         /* the replay's end first: the counts read after it include its last request */
         bool trace_over = trace_path && __atomic_load_n(&tr.finished, __ATOMIC_ACQUIRE);
@@ -341,9 +397,13 @@ out:
             print_latency("http", q, SERVE_SOURCE_HTTP, &s.by_source[SERVE_SOURCE_HTTP], elapsed);
         fflush(stdout);
     }
+    if (d) /* the requests in flight finish before the executors stop */
+        while (serve_dispatcher_idle(d) < world - 1) {
+            collect(d, q);
+            usleep(1000);
+        }
     serve_queue_destroy(q);
     serve_trace_free(&tr.trace);
-    dit_model_free(m);
     return rc;
 }
 
@@ -377,20 +437,74 @@ static int serve_run(tdl_params_t *params, int npos, char **pos)
     /* on every rank: SIGTERM from mpirun or Slurm reaches them all */
     install_signals();
     setvbuf(stdout, NULL, _IOLBF, 0);
-    int rc;
-    if (me.rank == 0) {
-        if (me.size > 1)
-            fprintf(stderr,
-                    "tidal: serve: multi-rank serving is not there yet: rank 0 serves alone and "
-                    "ranks 1..%d wait until it stops\n",
-                    me.size - 1);
-        rc = serve_rank0(params, me.size);
-    } else {
-        rc = CLI_EXIT_OK; /* a signal here is noted and ignored: rank 0 decides */
+    /* every rank loads the model; under mpirun the gfc runtime joins them */
+    int rc = CLI_EXIT_OK;
+    dit_model_t *m = NULL;
+    gfc_runtime_t *rt = NULL;
+    serve_dispatcher_t *d = NULL;
+    st = train_weights_load(tdl_param_str(params, "ckpt"), tdl_param_str(params, "weights"),
+                            (int)tdl_param_int(params, "max-batch"), max_res, &m);
+    if (st != TDL_OK) {
+        fprintf(stderr, "tidal[%d]: serve: %s\n", me.rank, tdl_error_get());
+        rc = CLI_EXIT_FAILURE;
     }
-    /* rank 0's verdict reaches everyone: every rank exits together, with its code */
-    int64_t verdict = me.rank == 0 ? rc : 0;
-    if (me.size > 1 && tdl_boot_allreduce_sum_i64(&verdict) != TDL_OK)
+    if (me.size > 1) {
+        int sp = (int)tdl_param_int(params, "sp");
+        if (rc == CLI_EXIT_OK && sp > me.size - 1) {
+            if (me.rank == 0)
+                fprintf(stderr, "tidal: serve: --sp %d needs %d executor ranks; this job has %d "
+                                "(mpirun -np %d)\n",
+                        sp, sp, me.size - 1, sp + 1);
+            rc = CLI_EXIT_USAGE;
+        }
+        gfc_runtime_config_t gc;
+        if ((st = gfc_runtime_config_from_params(params, &gc)) == TDL_OK) {
+            gc.rank = me.rank, gc.size = me.size, gc.allgather = tdl_boot_allgatherv;
+            st = gfc_runtime_create(&gc, &rt);
+        }
+        if (st != TDL_OK && rc == CLI_EXIT_OK) {
+            fprintf(stderr, "tidal[%d]: serve: %s\n", me.rank, tdl_error_get());
+            rc = CLI_EXIT_FAILURE;
+        }
+        /* everyone ready, or everyone leaves */
+        int64_t bad = rc != CLI_EXIT_OK;
+        if (tdl_boot_allreduce_sum_i64(&bad) != TDL_OK || bad)
+            rc = rc != CLI_EXIT_OK ? rc : CLI_EXIT_FAILURE;
+        else if (me.rank == 0 && (st = serve_dispatcher_create(rt, me.size, &d)) != TDL_OK) {
+            fprintf(stderr, "tidal: serve: %s\n", tdl_error_get());
+            rc = CLI_EXIT_FAILURE;
+        }
+    }
+    if (me.rank == 0) {
+        if (rc == CLI_EXIT_OK) {
+            if (d)
+                printf("tidal serve: rank 0 coordinates, ranks 1..%d execute, %lld per request\n",
+                       me.size - 1, (long long)tdl_param_int(params, "sp"));
+            rc = serve_rank0(params, me.size, m, d);
+        }
+        if (d) { /* whatever happened, the executors are told to leave */
+            serve_dispatcher_stop(d);
+            serve_dispatcher_free(d);
+        }
+    } else if (rc == CLI_EXIT_OK && rt) {
+        /* an executor: requests from rank 0 until it says stop; a signal here changes nothing */
+        if ((st = serve_executor_loop(rt, me.rank, m)) != TDL_OK) {
+            fprintf(stderr, "tidal[%d]: serve: %s\n", me.rank, tdl_error_get());
+            rc = CLI_EXIT_FAILURE;
+        }
+    }
+    if (rt) {
+        tdl_boot_barrier();
+        gfc_runtime_destroy(rt);
+    }
+    dit_model_free(m);
+    /* rank 0's verdict reaches everyone (a failed executor makes it a failure): every rank
+     * exits together, with the same code */
+    int64_t fails = rc != CLI_EXIT_OK, verdict = me.rank == 0 ? rc : 0;
+    if (me.size > 1 && (tdl_boot_allreduce_sum_i64(&fails) != TDL_OK ||
+                        tdl_boot_allreduce_sum_i64(&verdict) != TDL_OK))
+        verdict = CLI_EXIT_FAILURE;
+    if (verdict == CLI_EXIT_OK && fails)
         verdict = CLI_EXIT_FAILURE;
     tdl_boot_finalize();
     return (int)verdict;

@@ -51,6 +51,7 @@ typedef struct serve_traj_spec {
     int steps;      /* Euler steps from noise (t = 1) to data (t = 0) */
     int label;      /* class, or -1 for none (the null class) */
     float cfg;      /* classifier-free guidance scale (1: none) */
+    int sampler;    /* dit_sampler_kind_t: Euler or Heun */
     int priority;
     double deadline_ms; /* after arrival; 0: none */
 } serve_traj_spec_t;
@@ -82,11 +83,13 @@ void serve_traj_free(serve_traj_t *t);
 size_t serve_traj_values(const serve_traj_t *t);
 /* PREPARE: image i's noise from Philox (seed, i), as dit_sample draws it. */
 tdl_status_t serve_task_prepare(serve_traj_t *t);
-/* STEP_CHUNK: up to `count` Euler steps on comm's group (NULL: this rank alone); every member
- * calls it with the same state and ends with the same latents. */
+/* STEP_CHUNK: up to `count` steps (Euler or Heun, as dit_sampler_step takes them) on comm's
+ * group (NULL: this rank alone); every member calls it with the same state and ends with the
+ * same latents. */
 tdl_status_t serve_task_step_chunk(serve_traj_t *t, const dit_model_t *model,
                                    const dit_sp_comm_t *comm, int count);
-/* DECODE: the latents as 8-bit pixels in a PNG grid of ncols columns (0: one row). */
+/* DECODE: the latents as 8-bit pixels in a PNG grid of ncols columns (0: the smallest square
+ * grid that holds them), 2 pixels apart when there are several: what tidal serve answers. */
 tdl_status_t serve_task_decode(serve_traj_t *t, int ncols);
 /* The state as bytes (to keep or to send) and back; unpack checks what it reads. */
 size_t serve_traj_packed_bytes(const serve_traj_t *t);

@@ -106,19 +106,35 @@ tdl_status_t serve_task_step_chunk(serve_traj_t *t, const dit_model_t *m,
     if (!v)
         return tdl_error_raise(TDL_ERR_NOMEM, "request %llu: out of memory for a step",
                                (unsigned long long)t->spec.id);
+    float *xe = NULL, *v2 = NULL;
+    bool heun = t->spec.sampler == DIT_SAMPLER_HEUN;
+    if (heun && (!(xe = malloc(total * sizeof(float))) || !(v2 = malloc(total * sizeof(float))))) {
+        free(v), free(xe);
+        return tdl_error_raise(TDL_ERR_NOMEM, "request %llu: out of memory for a step",
+                               (unsigned long long)t->spec.id);
+    }
     tdl_status_t st = TDL_OK;
     int end = TDL_MIN(t->spec.steps, t->step + count);
     for (int i = t->step; i < end && st == TDL_OK; i++) {
-        /* Euler from t_from to t_to, the time grid of dit_sample */
+        /* from t_from to t_to, the time grid and the updates of dit_sample */
         float from = 1.0f - (float)i / (float)t->spec.steps;
-        float to = 1.0f - (float)(i + 1) / (float)t->spec.steps;
-        if ((st = traj_velocity(m, comm, t, t->x, from, v)) == TDL_OK) {
+        float to = 1.0f - (float)(i + 1) / (float)t->spec.steps, dt = to - from;
+        if ((st = traj_velocity(m, comm, t, t->x, from, v)) != TDL_OK)
+            break;
+        if (!heun) {
             for (size_t k = 0; k < total; k++)
-                t->x[k] += (to - from) * v[k];
-            t->step = i + 1;
+                t->x[k] += dt * v[k];
+        } else {
+            for (size_t k = 0; k < total; k++)
+                xe[k] = t->x[k] + dt * v[k];
+            if ((st = traj_velocity(m, comm, t, xe, to, v2)) != TDL_OK)
+                break;
+            for (size_t k = 0; k < total; k++)
+                t->x[k] += 0.5f * dt * (v[k] + v2[k]);
         }
+        t->step = i + 1;
     }
-    free(v);
+    free(v), free(xe), free(v2);
     return st;
 }
 
@@ -129,8 +145,11 @@ tdl_status_t serve_task_decode(serve_traj_t *t, int ncols)
                                (unsigned long long)t->spec.id, t->step, t->spec.steps);
     free(t->png);
     t->png = NULL;
-    return serve_png_encode(t->x, t->n, t->channels, t->res, t->res, ncols > 0 ? ncols : t->n,
-                            2, &t->png, &t->png_len);
+    if (ncols <= 0)
+        for (ncols = 1; ncols * ncols < t->n; ncols++)
+            ;
+    return serve_png_encode(t->x, t->n, t->channels, t->res, t->res, ncols, t->n > 1 ? 2 : 0,
+                            &t->png, &t->png_len);
 }
 
 /* ---- the state between tasks, as bytes ---------------------------------------------------- */

@@ -1,0 +1,63 @@
+#!/bin/sh
+# `tidal serve` under mpirun: rank 0 takes requests over HTTP and from a trace and places them on
+# executor ranks, one per request or two in sequence parallel (--sp 2); a request served by one
+# executor gives byte for byte the PNG a single-process server gives; SIGTERM to mpirun stops
+# every rank.
+. "${TIDAL_BUILDDIR:-.}/tests/env.sh"
+[ -d /usr/share/datasets/fashion-mnist ] || { echo "1..0 # SKIP dataset-fashion-mnist is not installed"; exit 0; }
+command -v curl >/dev/null 2>&1 || { echo "1..0 # SKIP curl is not installed"; exit 0; }
+dir=`mktemp -d`
+pids=""
+cleanup() { for p in $pids; do kill -9 "$p" 2>/dev/null; done; rm -rf "$dir"; }
+trap cleanup EXIT
+export OPENBLAS_NUM_THREADS=1
+"$TIDAL" train --model tiny --resolution 32 --batch 4 --micro-batch 2 --steps 2 --val-every 0 \
+    --out "$dir/run" >"$dir/train.log" 2>&1
+ckpt="$dir/run/model.h5"
+check "a tiny checkpoint to serve" [ -s "$ckpt" ]
+
+i=0
+: >"$dir/t.jsonl"
+while [ $i -lt 8 ]; do
+    echo "{\"at_ms\": $((i * 5)), \"label\": $((i % 10)), \"n\": $((1 + i % 3)), \"resolution\": 32, \"steps\": 3, \"cfg\": 1.5, \"seed\": $i}" >>"$dir/t.jsonl"
+    i=$((i + 1))
+done
+for sp in 1 2; do
+    tidal_mpirun 3 "$TIDAL" serve --ckpt "$ckpt" --listen none --trace "$dir/t.jsonl" \
+        --exit-after-trace --sp $sp --max-resolution 32 --progress-every 0 >"$dir/sp$sp.out" 2>&1
+    rc=$?
+    check "a trace of 8 requests on 3 ranks, $sp executor(s) each: exit 0 (rc=$rc)" [ $rc = 0 ]
+    check "--sp $sp: all 8 done" grep -q "trace: 8 requests, 8 done, 0 failed" "$dir/sp$sp.out"
+done
+
+# one request over HTTP, the same from one process and from an executor rank
+serve_bg() { # NAME CMD...: starts CMD, sets $base from its "listening on" line
+    name=$1; shift
+    "$@" >"$dir/$name.out" 2>"$dir/$name.err" &
+    pid=$!
+    pids="$pids $pid"
+    port="" n=0
+    while [ -z "$port" ] && [ $n -lt 600 ]; do
+        port=`sed -n 's/.*listening on http:\/\/[^ ]*:\([0-9][0-9]*\).*/\1/p' "$dir/$name.out"`
+        sleep 0.1; n=$((n + 1))
+    done
+    base="http://127.0.0.1:$port"
+}
+body='{"label": 7, "n": 2, "resolution": 32, "steps": 4, "cfg": 2.0, "seed": 11, "sampler": "euler"}'
+serve_bg one "$TIDAL" serve --ckpt "$ckpt" --listen 127.0.0.1:0 --max-resolution 32 --progress-every 0
+curl -s -o "$dir/one.png" -w '%{http_code}' -d "$body" "$base/v1/images?wait=1" >"$dir/one.code"
+kill -TERM $pid; wait $pid
+serve_bg many tidal_mpirun 3 "$TIDAL" serve --ckpt "$ckpt" --listen 127.0.0.1:0 --max-resolution 32 \
+    --progress-every 0 --sp 1
+curl -s -o "$dir/many.png" -w '%{http_code}' -d "$body" "$base/v1/images?wait=1" >"$dir/many.code"
+curl -s -o "$dir/many2.png" -w '%{http_code}' -d "$body" "$base/v1/images?wait=1" >"$dir/many2.code"
+check "HTTP under mpirun: 200 (`cat $dir/many.code`)" [ "`cat $dir/many.code`" = 200 ]
+check "the PNG from an executor rank is byte for byte the single process's" cmp -s "$dir/one.png" "$dir/many.png"
+check "and the same again (seeded)" cmp -s "$dir/many.png" "$dir/many2.png"
+pkill -TERM -P $pid # mpirun, the background shell's child
+wait $pid; rc=$?
+check "SIGTERM to mpirun stops every rank (rc=$rc; mpirun answers 0 or 1)" [ $rc -le 1 ]
+n=0
+while pgrep -f "[t]idal serve --ckpt $ckpt" >/dev/null && [ $n -lt 100 ]; do sleep 0.1; n=$((n + 1)); done
+check "no tidal serve left running" sh -c "! pgrep -f '[t]idal serve --ckpt $ckpt' >/dev/null"
+done_testing
