@@ -10,19 +10,10 @@
 #include <string.h>
 
 #include "codec/codec.h"
+#include "codec/dynamiq_format.h"
 #include "cuda/cuda.h"
 
-#define DQ_GROUP 32
-#define DQ_SUPER 256
-#define DQ_GPS 8
-#define DQ_EMAX 14
-#define DQ_EZERO 15
-#define DQ_WMAX 16
 #define DQ_TABLE_WMAX 8
-#define DQ_HEADER 4
-#define DQ_VERSION 3
-#define DQ_META_ZERO 0xf0
-#define DQ_GOLDEN 0x9E3779B9u
 #define DQ_FLAT_SCALE 16u
 #define DQ_FIXED_WIDTH 4u
 #define DQ_EVEN_SPLIT 32u
@@ -100,50 +91,6 @@ __device__ static inline size_t dq_groups(size_t m)
 __device__ __host__ static inline size_t dq_sg_bytes(size_t m, int units)
 {
     return 2 + (m + DQ_GROUP - 1) / DQ_GROUP + 4 * (size_t)units;
-}
-
-// Widths for a super-group's groups: dq_allocate of dynamiq.c.
-__device__ static void dq_allocate(const int *e, int ng, int vb, unsigned flags, int *w)
-{
-    int nz = 0;
-    for (int g = 0; g < ng; g++)
-        nz += e[g] != DQ_EZERO;
-    if (nz == 0) {
-        for (int g = 0; g < ng; g++)
-            w[g] = 0;
-        return;
-    }
-    if (flags & DQ_FIXED_WIDTH) {
-        int b = vb / (4 * nz);
-        b = b < DQ_WMAX ? b : DQ_WMAX;
-        for (int g = 0; g < ng; g++)
-            w[g] = e[g] == DQ_EZERO ? 0 : b;
-        return;
-    }
-#define DQ_WIDTH_AT(t, eg)                                                                        \
-    max(1, min(DQ_WMAX, ((t) - (eg)) >= 0 ? ((t) - (eg)) / 2 : 0))
-    int lo = 0, hi = 2 * DQ_WMAX + DQ_EMAX + 1;
-    while (hi - lo > 1) {
-        int t = (lo + hi) / 2, cost = 0;
-        for (int g = 0; g < ng; g++)
-            cost += e[g] == DQ_EZERO ? 0 : 4 * DQ_WIDTH_AT(t, e[g]);
-        if (cost <= vb)
-            lo = t;
-        else
-            hi = t;
-    }
-    int left = vb;
-    for (int g = 0; g < ng; g++) {
-        w[g] = e[g] == DQ_EZERO ? 0 : DQ_WIDTH_AT(lo, e[g]);
-        left -= 4 * w[g];
-    }
-    for (int ex = 0; ex <= DQ_EMAX && left >= 4; ex++)
-        for (int g = 0; g < ng && left >= 4; g++)
-            if (e[g] == ex && DQ_WIDTH_AT(lo + 1, ex) > w[g]) {
-                w[g]++;
-                left -= 4;
-            }
-#undef DQ_WIDTH_AT
 }
 
 // Value t of the encoded super-group at p (m values): the CPU's dequantize.
@@ -297,6 +244,13 @@ __global__ static void dq_stats_kernel(const float *in, const dq_dev_tables *T, 
         est[k] = bad ? 0.0f : mx[0];
 }
 
+// dq_log2_bits of dynamiq.c: log2 from the float's bits (0 for the even-split ablation).
+__device__ static inline float dq_log2_est(float est, bool flat)
+{
+    return flat ? 0.0f
+                : __fmul_rn(__int2float_rn((int32_t)__float_as_uint(est) - 0x3f800000), 0x1.0p-23f);
+}
+
 // The budget split of dynamiq.c in one block: bisection on t, totals summed in integers.
 __global__ static void dq_split_kernel(const float *est, size_t n, size_t nsg, size_t budget,
                                        unsigned flags, unsigned char *units)
@@ -311,11 +265,7 @@ __global__ static void dq_split_kernel(const float *est, size_t n, size_t nsg, s
             fixed += dq_sg_bytes(n - k * DQ_SUPER < DQ_SUPER ? n - k * DQ_SUPER : DQ_SUPER, 0);
         float lmax = -INFINITY;
         for (size_t k = 0; k < nsg; k++) {
-            float l = est[k] > 0 ? (flat ? 0.0f
-                                         : __fmul_rn(__int2float_rn((int32_t)__float_as_uint(est[k]) -
-                                                                    0x3f800000),
-                                                     0x1.0p-23f))
-                                 : -INFINITY;
+            float l = est[k] > 0 ? dq_log2_est(est[k], flat) : -INFINITY;
             lmax = l > lmax ? l : lmax;
         }
         double lo = 0, hi = DQ_WMAX + 1;
@@ -338,10 +288,7 @@ __global__ static void dq_split_kernel(const float *est, size_t n, size_t nsg, s
         for (size_t k = threadIdx.x; k < nsg; k += blockDim.x) {
             if (!(est[k] > 0))
                 continue;
-            float l = flat ? 0.0f
-                           : __fmul_rn(__int2float_rn((int32_t)__float_as_uint(est[k]) - 0x3f800000),
-                                       0x1.0p-23f);
-            double b = __dadd_rn(t, (double)l);
+            double b = __dadd_rn(t, (double)dq_log2_est(est[k], flat));
             b = b < 1 ? 1 : b > DQ_WMAX ? DQ_WMAX : b;
             mine += 4 * (unsigned long long)__dmul_rn(b, (double)(k + 1 < nsg ? DQ_GPS : last_ng));
         }
@@ -360,10 +307,7 @@ __global__ static void dq_split_kernel(const float *est, size_t n, size_t nsg, s
             units[k] = 0;
             continue;
         }
-        float l = flat ? 0.0f
-                       : __fmul_rn(__int2float_rn((int32_t)__float_as_uint(est[k]) - 0x3f800000),
-                                   0x1.0p-23f);
-        double b = __dadd_rn(lo_s, (double)l);
+        double b = __dadd_rn(lo_s, (double)dq_log2_est(est[k], flat));
         b = b < 1 ? 1 : b > DQ_WMAX ? DQ_WMAX : b;
         units[k] = (unsigned char)(unsigned)__dmul_rn(b, (double)(k + 1 < nsg ? DQ_GPS : last_ng));
     }
@@ -440,7 +384,7 @@ __global__ static void dq_encode_kernel(dq_kparams P, const float *in, const dq_
                     e[h] = lo;
                 }
             }
-            dq_allocate(e, ng, 4 * units[k], P.flags, w);
+            dq_allocate(e, ng, 4 * units[k], (P.flags & DQ_FIXED_WIDTH) != 0, w);
             int run = 0;
             for (int h = 0; h < ng; h++) {
                 voff[h] = run;
@@ -551,7 +495,7 @@ static tdl_status_t dq_open_dev(const unsigned char *d_in, size_t in_bytes, size
     if (e != cudaSuccess)
         return dq_cuda_err(e, "reading the header");
     int code = h[2] | (h[3] << 8);
-    if (h[0] != DQ_VERSION || h[1] > 1 || code < 352 || code > 4184)
+    if (h[0] != DQ_VERSION || h[1] > 1 || code < DQ_MIN_BITS256 || code > DQ_MAX_BITS256)
         return tdl_error_raise(TDL_ERR_CORRUPT, "codec dynamiq: bad header (version %d, levels %d, "
                                                 "budget %d/256)",
                                h[0], h[1], code);

@@ -43,21 +43,10 @@
 
 #include "codec/codec.h"
 #include "codec/codec_internal.h"
+#include "codec/dynamiq_format.h"
 #include "codec/dynamiq_levels.h"
 
-#define DQ_GROUP 32
-#define DQ_SUPER 256
-#define DQ_GPS (DQ_SUPER / DQ_GROUP)
-#define DQ_EMAX 14   /* group exponents 0..14 half octaves below S */
-#define DQ_EZERO 15  /* a group of zeros */
-#define DQ_WMAX 16   /* widths 1..16: fitted tables to DQ_MAX_WIDTH, uniform levels above */
-#define DQ_HEADER 4
-#define DQ_VERSION 3
-#define DQ_META_ZERO ((DQ_EZERO << 4) | 0)
-#define DQ_MIN_BITS256 352  /* 1.375 bits per value: every group at 1 bit fits */
-#define DQ_MAX_BITS256 4184 /* 16.34375: every group at 16 bits fits */
 #define DQ_DEFAULT_BITS 5.0
-#define DQ_GOLDEN 0x9E3779B9u
 
 typedef struct dq_tables {
     const float (*lv)[256];
@@ -225,50 +214,6 @@ static dq_rand_t dq_rand_of(const void *cfg, const codec_where_t *w)
 }
 
 /* ---- one super-group -------------------------------------------------------------------- */
-
-/* Widths for groups with exponents e[0..ng) within vb value bytes (a width-w group takes 4w). */
-static void dq_allocate(const int *e, int ng, int vb, unsigned flags, int *w)
-{
-    int nz = 0;
-    for (int g = 0; g < ng; g++)
-        nz += e[g] != DQ_EZERO;
-    if (nz == 0) {
-        for (int g = 0; g < ng; g++)
-            w[g] = 0;
-        return;
-    }
-    if (flags & CODEC_DQ_FIXED_WIDTH) {
-        int b = TDL_MIN(DQ_WMAX, vb / (4 * nz));
-        for (int g = 0; g < ng; g++)
-            w[g] = e[g] == DQ_EZERO ? 0 : b;
-        return;
-    }
-    /* width at threshold t: clamp((t - e) / 2, 1, 16), t in half bits */
-#define DQ_WIDTH_AT(t, eg) TDL_MAX(1, TDL_MIN(DQ_WMAX, ((t) - (eg)) >= 0 ? ((t) - (eg)) / 2 : 0))
-    int lo = 0, hi = 2 * DQ_WMAX + DQ_EMAX + 1; /* cost(lo) fits; cost(hi) is the most */
-    while (hi - lo > 1) {
-        int t = (lo + hi) / 2, cost = 0;
-        for (int g = 0; g < ng; g++)
-            cost += e[g] == DQ_EZERO ? 0 : 4 * DQ_WIDTH_AT(t, e[g]);
-        if (cost <= vb)
-            lo = t;
-        else
-            hi = t;
-    }
-    int left = vb;
-    for (int g = 0; g < ng; g++) {
-        w[g] = e[g] == DQ_EZERO ? 0 : DQ_WIDTH_AT(lo, e[g]);
-        left -= 4 * w[g];
-    }
-    /* the groups next in line at lo + 1, largest scale first, while bytes remain */
-    for (int ex = 0; ex <= DQ_EMAX && left >= 4; ex++)
-        for (int g = 0; g < ng && left >= 4; g++)
-            if (e[g] == ex && DQ_WIDTH_AT(lo + 1, ex) > w[g]) {
-                w[g]++;
-                left -= 4;
-            }
-#undef DQ_WIDTH_AT
-}
 
 /* Widths above the tables' use 2^w uniform levels: level k is -1 + k * 2 / (2^w - 1). */
 static inline float dq_wide_inv_step(int w)
@@ -704,7 +649,7 @@ static void dq_encode_sg(const dq_enc_t *c, const float *x, size_t m, const floa
             eg += step[j] >= gmax[g];
         e[g] = gmax[g] == 0 ? DQ_EZERO : (c->flags & CODEC_DQ_FLAT_SCALE) ? 0 : eg;
     }
-    dq_allocate(e, ng, 4 * units, c->flags, w);
+    dq_allocate(e, ng, 4 * units, (c->flags & CODEC_DQ_FIXED_WIDTH) != 0, w);
     for (int g = 0; g < ng; g++) {
         if (e[g] == DQ_EZERO)
             continue;

@@ -8,6 +8,7 @@
 
 #include "dit/dit.h"
 #include "gfc/harness.h"
+#include "model_fixture.h"
 #include "serve/serve.h"
 
 int main(int argc, char **argv)
@@ -15,16 +16,10 @@ int main(int argc, char **argv)
     harness_t h;
     if (harness_init(&h, &argc, &argv, 120000) != TDL_OK)
         return 1;
-    dit_config_t cfg;
-    dit_model_t *m = NULL;
-    harness_expect_status(&h, dit_config_named("fmnist", &cfg), TDL_OK, "config");
-    harness_expect_status(&h, dit_model_create(&cfg, 4, 32, &m), TDL_OK, "model");
+    dit_model_t *m = fixture_model(&h, 4, 32);
     if (!m)
         return harness_finish(&h);
-    tdl_rng_t rng;
-    tdl_rng_init(&rng, 42, 1);
-    for (size_t i = 0; i < m->num_params; i++)
-        m->params[i] = 0.05f * tdl_rng_normal(&rng);
+    const dit_config_t cfg = m->config;
     enum { NREQ = 6 };
     if (h.rank == 0) {
         serve_dispatcher_t *d = NULL;

@@ -11,6 +11,7 @@
 
 #include "dit/dit.h"
 #include "gfc/harness.h"
+#include "model_fixture.h"
 #include "serve/serve.h"
 
 int main(int argc, char **argv)
@@ -18,16 +19,11 @@ int main(int argc, char **argv)
     harness_t h;
     if (harness_init(&h, &argc, &argv, 120000) != TDL_OK)
         return 1;
-    dit_config_t cfg;
-    dit_model_t *m = NULL;
-    harness_expect_status(&h, dit_config_named("fmnist", &cfg), TDL_OK, "config");
-    harness_expect_status(&h, dit_model_create(&cfg, 2, 128, &m), TDL_OK, "model");
+    dit_model_t *m = fixture_model(&h, 2, 128);
     if (!m)
         return harness_finish(&h);
+    const dit_config_t cfg = m->config;
     tdl_rng_t rng;
-    tdl_rng_init(&rng, 42, 1); /* the same weights on every rank */
-    for (size_t i = 0; i < m->num_params; i++)
-        m->params[i] = 0.05f * tdl_rng_normal(&rng);
     static const int sides[] = {32, 64, 128};
     int ranks[64];
     for (size_t si = 0; si < TDL_ARRAY_SIZE(sides); si++) {
