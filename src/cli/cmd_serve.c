@@ -54,6 +54,10 @@ static const tdl_param_def_t serve_params[] = {
      "tokens and the heads)",
      NULL, 1, 8},
     {"chunk", TDL_PARAM_INT, "1", "steps per STEP_CHUNK task", NULL, 1, 1000},
+    {"cfg-parallel", TDL_PARAM_BOOL, "false",
+     "with an even --sp: a guided request's conditional and unconditional halves run on the two "
+     "halves of its ranks at once",
+     NULL, 0, 0},
     {"trace", TDL_PARAM_STRING, NULL,
      "JSON-lines file of requests, each with \"at_ms\", its arrival after the start", NULL, 1, 0},
     {"exit-after-trace", TDL_PARAM_BOOL, "false",
@@ -240,6 +244,7 @@ static int serve_rank0(tdl_params_t *params, int world, dit_model_t *m, serve_di
 
     tdl_status_t st = TDL_OK;
     int sp = (int)tdl_param_int(params, "sp"), chunk = (int)tdl_param_int(params, "chunk");
+    bool cfg_par = tdl_param_bool(params, "cfg-parallel");
     uint64_t next_id = 1;
     const dit_config_t *c = &m->config;
     serve_limits_t lim = {.num_classes = c->num_classes,
@@ -334,7 +339,7 @@ static int serve_rank0(tdl_params_t *params, int world, dit_model_t *m, serve_di
                 if (st == TDL_OK) {
                     serve_traj_spec_t spec;
                     spec_of(serve_job_params(job), next_id++, &spec);
-                    if (serve_dispatch(d, &spec, sp, chunk, job) != TDL_OK) {
+                    if (serve_dispatch(d, &spec, sp, chunk, cfg_par, job) != TDL_OK) {
                         char why[SERVE_ERROR_MAX];
                         snprintf(why, sizeof(why), "cannot place it: %s", tdl_error_get());
                         serve_job_fail(q, job, why);

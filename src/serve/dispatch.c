@@ -18,7 +18,7 @@
 enum { CMD_RUN = 1, CMD_STOP = 2 };
 
 typedef struct serve_cmd {
-    uint32_t op, nranks, chunk, pad;
+    uint32_t op, nranks, chunk, cfg_parallel;
     int32_t ranks[SERVE_MAX_DEGREE];
     serve_traj_spec_t spec;
 } serve_cmd_t;
@@ -42,12 +42,10 @@ static tdl_status_t run_request(gfc_runtime_t *rt, int me, const dit_model_t *m,
         return st;
     gfc_group_t g;
     if ((st = gfc_group_init(&g, rt, cmd->ranks, n, cmd->spec.id)) == TDL_OK) {
-        dit_sp_comm_t comm;
-        serve_sp_comm(&comm, &g);
         serve_task_prepare(&t);
         int chunk = cmd->chunk ? (int)cmd->chunk : 1;
         while (st == TDL_OK && t.step < t.spec.steps)
-            st = serve_task_step_chunk(&t, m, n > 1 ? &comm : NULL, chunk);
+            st = serve_task_step_chunk(&t, m, n > 1 ? &g : NULL, cmd->cfg_parallel != 0, chunk);
     }
     /* the lead decodes and answers, with an empty PNG when the request failed */
     if (cmd->ranks[0] == me) {
@@ -143,7 +141,7 @@ int serve_dispatcher_idle(const serve_dispatcher_t *d)
 }
 
 tdl_status_t serve_dispatch(serve_dispatcher_t *d, const serve_traj_spec_t *spec, int degree,
-                            int chunk, void *user)
+                            int chunk, bool cfg_parallel, void *user)
 {
     int slot = -1;
     for (int i = 0; i < d->max_inflight && slot < 0; i++)
@@ -154,7 +152,7 @@ tdl_status_t serve_dispatch(serve_dispatcher_t *d, const serve_traj_spec_t *spec
                                "dispatch: %d ranks asked, %d idle (degree 1 to %d)", degree,
                                serve_dispatcher_idle(d), SERVE_MAX_DEGREE);
     serve_cmd_t cmd = {.op = CMD_RUN, .nranks = (uint32_t)degree, .chunk = (uint32_t)chunk,
-                       .spec = *spec};
+                       .cfg_parallel = cfg_parallel, .spec = *spec};
     for (int w = 1, k = 0; w <= d->nworkers && k < degree; w++)
         if (!d->busy[w])
             cmd.ranks[k++] = w;

@@ -83,11 +83,12 @@ void serve_traj_free(serve_traj_t *t);
 size_t serve_traj_values(const serve_traj_t *t);
 /* PREPARE: image i's noise from Philox (seed, i), as dit_sample draws it. */
 tdl_status_t serve_task_prepare(serve_traj_t *t);
-/* STEP_CHUNK: up to `count` steps (Euler or Heun, as dit_sampler_step takes them) on comm's
- * group (NULL: this rank alone); every member calls it with the same state and ends with the
- * same latents. */
-tdl_status_t serve_task_step_chunk(serve_traj_t *t, const dit_model_t *model,
-                                   const dit_sp_comm_t *comm, int count);
+/* STEP_CHUNK: up to `count` steps (Euler or Heun, as dit_sampler_step takes them) on group g
+ * (NULL: this rank alone) with sequence parallelism; cfg_parallel (guided requests, even groups):
+ * the conditional and unconditional halves of the batch run on the two halves of the group at
+ * once. Every member calls it with the same state and ends with the same latents. */
+tdl_status_t serve_task_step_chunk(serve_traj_t *t, const dit_model_t *model, gfc_group_t *g,
+                                   bool cfg_parallel, int count);
 /* DECODE: the latents as 8-bit pixels in a PNG grid of ncols columns (0: the smallest square
  * grid that holds them), 2 pixels apart when there are several: what tidal serve answers. */
 tdl_status_t serve_task_decode(serve_traj_t *t, int ncols);
@@ -167,10 +168,10 @@ typedef struct serve_dispatcher serve_dispatcher_t;
 tdl_status_t serve_dispatcher_create(gfc_runtime_t *rt, int world, serve_dispatcher_t **out);
 /* Executors with nothing to do. */
 int serve_dispatcher_idle(const serve_dispatcher_t *d);
-/* Runs a request on `degree` idle executors (sequence parallel when more than one), `chunk`
- * steps per task. */
+/* Runs a request on `degree` idle executors (sequence parallel when more than one; with
+ * cfg_parallel the guidance halves on the two halves of an even group), `chunk` steps per task. */
 tdl_status_t serve_dispatch(serve_dispatcher_t *d, const serve_traj_spec_t *spec, int degree,
-                            int chunk, void *user);
+                            int chunk, bool cfg_parallel, void *user);
 /* Finished requests into done[] (up to max); answers how many. Their executors are idle again. */
 int serve_dispatcher_poll(serve_dispatcher_t *d, serve_inflight_t *done, int max);
 /* Tells every executor to leave serve_executor_loop. */

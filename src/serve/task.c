@@ -58,45 +58,86 @@ tdl_status_t serve_task_prepare(serve_traj_t *t)
     return TDL_OK;
 }
 
-/* The guided velocity of all n images at time `time`: conditional and unconditional rows in one
- * sequence-parallel forward. */
-static tdl_status_t traj_velocity(const dit_model_t *m, const dit_sp_comm_t *comm,
+/* The model's output for `rows` rows (x repeated for the unconditional half when both are
+ * asked) on group g with sequence parallelism (g NULL: this rank alone). */
+static tdl_status_t traj_forward(const dit_model_t *m, gfc_group_t *g, const serve_traj_t *t,
+                                 const float *x, float time, int first_label, int label2,
+                                 int halves, float *out)
+{
+    int n = t->n, rows = halves * n;
+    size_t per = (size_t)t->channels * t->res * t->res;
+    float *xin = malloc((size_t)rows * per * sizeof(float));
+    float *tt = malloc((size_t)rows * sizeof(float));
+    int *yy = malloc((size_t)rows * sizeof(int));
+    tdl_status_t st = TDL_OK;
+    if (!xin || !tt || !yy) {
+        st = tdl_error_raise(TDL_ERR_NOMEM, "request %llu: out of memory for a step",
+                             (unsigned long long)t->spec.id);
+    } else {
+        for (int i = 0; i < rows; i++) {
+            tt[i] = time;
+            yy[i] = i < n ? first_label : label2;
+        }
+        for (int hh = 0; hh < halves; hh++)
+            memcpy(xin + (size_t)hh * n * per, x, (size_t)n * per * sizeof(float));
+        dit_sp_comm_t comm;
+        if (g && g->size > 1)
+            serve_sp_comm(&comm, g);
+        st = dit_sp_forward(m, g && g->size > 1 ? &comm : NULL, xin, tt, yy, rows, t->res, t->res,
+                            out);
+    }
+    free(xin), free(tt), free(yy);
+    return st;
+}
+
+/* The guided velocity of all n images at time `time`. The conditional and unconditional rows run
+ * in one batch on the whole group, or with CFG parallelism (an even group, guided) on its two
+ * halves at once, member i of each half then trading its half's output with member i of the
+ * other. */
+static tdl_status_t traj_velocity(const dit_model_t *m, gfc_group_t *g, bool cfg_parallel,
                                   const serve_traj_t *t, const float *x, float time, float *v)
 {
     int n = t->n, null = m->config.num_classes;
     bool guided = t->spec.cfg != 1.0f;
-    int rows = guided ? 2 * n : n;
-    size_t per = (size_t)t->channels * t->res * t->res;
-    float *xin = malloc((size_t)rows * per * sizeof(float));
-    float *out = malloc((size_t)rows * per * sizeof(float));
-    float *tt = malloc((size_t)rows * sizeof(float));
-    int *yy = malloc((size_t)rows * sizeof(int));
-    tdl_status_t st = TDL_OK;
-    if (!xin || !out || !tt || !yy) {
-        st = tdl_error_raise(TDL_ERR_NOMEM, "request %llu: out of memory for a step",
-                             (unsigned long long)t->spec.id);
-        goto out;
-    }
+    size_t per = (size_t)t->channels * t->res * t->res, nv = (size_t)n * per;
     int label = t->spec.label < 0 || t->spec.label > null ? null : t->spec.label;
-    for (int i = 0; i < rows; i++) {
-        tt[i] = time;
-        yy[i] = guided && i >= n ? null : label;
+    float *out = malloc(2 * nv * sizeof(float));
+    if (!out)
+        return tdl_error_raise(TDL_ERR_NOMEM, "request %llu: out of memory for a step",
+                               (unsigned long long)t->spec.id);
+    tdl_status_t st;
+    if (guided && cfg_parallel && g && g->size >= 2 && g->size % 2 == 0) {
+        int half = g->size / 2, mine = g->me < half ? 0 : 1;
+        gfc_group_t sub;
+        st = gfc_group_init(&sub, g->rt, g->ranks + mine * half, half,
+                            t->spec.id ^ (0x6366677000000000ull + (uint64_t)mine));
+        /* half 0 computes the conditional rows into out[0, nv), half 1 the unconditional ones
+         * into out[nv, 2 nv) */
+        if (st == TDL_OK)
+            st = traj_forward(m, &sub, t, x, time, mine ? null : label, null, 1, out + mine * nv);
+        int partner = mine ? g->me - half : g->me + half;
+        gfc_request_t *reqs[2];
+        uint64_t tag = 0x63666770ull ^ (uint64_t)t->step;
+        if (st == TDL_OK && (st = gfc_recv_start(g, partner, tag, out + (1 - mine) * nv,
+                                                 nv * sizeof(float), &reqs[0])) == TDL_OK) {
+            if ((st = gfc_send_start(g, partner, tag, out + mine * nv, nv * sizeof(float),
+                                     &reqs[1])) == TDL_OK)
+                st = gfc_request_wait_all(reqs, 2);
+            else
+                gfc_request_free(reqs[0]);
+        }
+    } else {
+        st = traj_forward(m, g, t, x, time, label, null, guided ? 2 : 1, out);
     }
-    memcpy(xin, x, (size_t)n * per * sizeof(float));
-    if (guided)
-        memcpy(xin + (size_t)n * per, x, (size_t)n * per * sizeof(float));
-    if ((st = dit_sp_forward(m, comm, xin, tt, yy, rows, t->res, t->res, out)) != TDL_OK)
-        goto out;
-    for (size_t i = 0; i < (size_t)n * per; i++)
-        v[i] = guided ? out[(size_t)n * per + i] + t->spec.cfg * (out[i] - out[(size_t)n * per + i])
-                      : out[i];
-out:
-    free(xin), free(out), free(tt), free(yy);
+    if (st == TDL_OK)
+        for (size_t i = 0; i < nv; i++)
+            v[i] = guided ? out[nv + i] + t->spec.cfg * (out[i] - out[nv + i]) : out[i];
+    free(out);
     return st;
 }
 
-tdl_status_t serve_task_step_chunk(serve_traj_t *t, const dit_model_t *m,
-                                   const dit_sp_comm_t *comm, int count)
+tdl_status_t serve_task_step_chunk(serve_traj_t *t, const dit_model_t *m, gfc_group_t *g,
+                                   bool cfg_parallel, int count)
 {
     if (!t->prepared)
         return tdl_error_raise(TDL_ERR_INVALID_ARG, "request %llu: a step before PREPARE",
@@ -119,7 +160,7 @@ tdl_status_t serve_task_step_chunk(serve_traj_t *t, const dit_model_t *m,
         /* from t_from to t_to, the time grid and the updates of dit_sample */
         float from = 1.0f - (float)i / (float)t->spec.steps;
         float to = 1.0f - (float)(i + 1) / (float)t->spec.steps, dt = to - from;
-        if ((st = traj_velocity(m, comm, t, t->x, from, v)) != TDL_OK)
+        if ((st = traj_velocity(m, g, cfg_parallel, t, t->x, from, v)) != TDL_OK)
             break;
         if (!heun) {
             for (size_t k = 0; k < total; k++)
@@ -127,7 +168,7 @@ tdl_status_t serve_task_step_chunk(serve_traj_t *t, const dit_model_t *m,
         } else {
             for (size_t k = 0; k < total; k++)
                 xe[k] = t->x[k] + dt * v[k];
-            if ((st = traj_velocity(m, comm, t, xe, to, v2)) != TDL_OK)
+            if ((st = traj_velocity(m, g, cfg_parallel, t, xe, to, v2)) != TDL_OK)
                 break;
             for (size_t k = 0; k < total; k++)
                 t->x[k] += 0.5f * dt * (v[k] + v2[k]);

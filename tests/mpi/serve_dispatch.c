@@ -33,7 +33,7 @@ int main(int argc, char **argv)
                                           .label = sent % 10, .cfg = 1.5f};
                 serve_traj_spec_t *keep = malloc(sizeof(spec));
                 *keep = spec;
-                harness_expect_status(&h, serve_dispatch(d, &spec, degree, 1, keep), TDL_OK,
+                harness_expect_status(&h, serve_dispatch(d, &spec, degree, 1, false, keep), TDL_OK,
                                       "dispatch");
                 sent++;
             }
@@ -44,7 +44,7 @@ int main(int argc, char **argv)
                 serve_traj_t ref;
                 serve_traj_init(&ref, spec, cfg.in_channels);
                 serve_task_prepare(&ref);
-                serve_task_step_chunk(&ref, m, NULL, 100);
+                serve_task_step_chunk(&ref, m, NULL, false, 100);
                 serve_task_decode(&ref, 0);
                 bool ok_png = fin[i].png_len > 8 && !memcmp(fin[i].png, "\x89PNG", 4);
                 valid += ok_png;

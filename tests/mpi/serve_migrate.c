@@ -38,7 +38,7 @@ int main(int argc, char **argv)
     serve_traj_t ref;
     harness_expect_status(&h, serve_traj_init(&ref, &spec, cfg.in_channels), TDL_OK, "init");
     serve_task_prepare(&ref);
-    harness_expect_status(&h, serve_task_step_chunk(&ref, m, NULL, 100), TDL_OK, "steps");
+    harness_expect_status(&h, serve_task_step_chunk(&ref, m, NULL, false, 100), TDL_OK, "steps");
     size_t nv = serve_traj_values(&ref);
     float *smp = malloc(nv * sizeof(float));
     int labels[2] = {3, 3};
@@ -90,10 +90,9 @@ int main(int argc, char **argv)
             gfc_group_t g;
             harness_expect_status(&h, gfc_group_init(&g, h.rt, st->ranks, st->n, 600 + (uint64_t)s),
                                   TDL_OK, "group");
-            dit_sp_comm_t comm;
-            serve_sp_comm(&comm, &g);
-            harness_expect_status(&h, serve_task_step_chunk(&t, m, &comm, st->steps), TDL_OK,
-                                  "step chunk");
+            /* groups of 2 and 4 run guidance's halves on their two halves (CFG parallelism) */
+            harness_expect_status(&h, serve_task_step_chunk(&t, m, &g, st->n % 2 == 0, st->steps),
+                                  TDL_OK, "step chunk");
         }
     }
     stage_t *last = &plan[nstages - 1];

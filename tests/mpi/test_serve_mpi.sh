@@ -1,6 +1,7 @@
 #!/bin/sh
 # `tidal serve` under mpirun: rank 0 takes requests over HTTP and from a trace and places them on
-# executor ranks, one per request or two in sequence parallel (--sp 2); a request served by one
+# executor ranks, one per request or two in sequence parallel (--sp 2), or two with the guidance
+# halves on one each (--cfg-parallel); a request served by one
 # executor gives byte for byte the PNG a single-process server gives; SIGTERM to mpirun stops
 # every rank.
 . "${TIDAL_BUILDDIR:-.}/tests/env.sh"
@@ -22,12 +23,15 @@ while [ $i -lt 8 ]; do
     echo "{\"at_ms\": $((i * 5)), \"label\": $((i % 10)), \"n\": $((1 + i % 3)), \"resolution\": 32, \"steps\": 3, \"cfg\": 1.5, \"seed\": $i}" >>"$dir/t.jsonl"
     i=$((i + 1))
 done
-for sp in 1 2; do
+for sp in 1 2 2c; do
+    extra=""
+    [ $sp = 2c ] && extra="--cfg-parallel"
     tidal_mpirun 3 "$TIDAL" serve --ckpt "$ckpt" --listen none --trace "$dir/t.jsonl" \
-        --exit-after-trace --sp $sp --max-resolution 32 --progress-every 0 >"$dir/sp$sp.out" 2>&1
+        --exit-after-trace --sp ${sp%c} $extra --max-resolution 32 --progress-every 0 \
+        >"$dir/sp$sp.out" 2>&1
     rc=$?
-    check "a trace of 8 requests on 3 ranks, $sp executor(s) each: exit 0 (rc=$rc)" [ $rc = 0 ]
-    check "--sp $sp: all 8 done" grep -q "trace: 8 requests, 8 done, 0 failed" "$dir/sp$sp.out"
+    check "a trace of 8 requests on 3 ranks, --sp ${sp%c} $extra: exit 0 (rc=$rc)" [ $rc = 0 ]
+    check "--sp ${sp%c} $extra: all 8 done" grep -q "trace: 8 requests, 8 done, 0 failed" "$dir/sp$sp.out"
 done
 
 # one request over HTTP, the same from one process and from an executor rank
