@@ -26,6 +26,9 @@ extern const cli_command_t cli_cmd_train;
 extern const cli_command_t cli_cmd_generate;
 extern const cli_command_t cli_cmd_ckpt;
 extern const cli_command_t cli_cmd_serve;
+extern const cli_command_t cli_cmd_sim;
+extern const cli_command_t cli_cmd_workload;
+extern const cli_command_t cli_cmd_profile;
 
 /* Prints "tidal: <message>" and returns CLI_EXIT_USAGE. */
 int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

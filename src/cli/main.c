@@ -22,6 +22,9 @@ static const cli_command_t *const commands[] = {
     &cli_cmd_generate,
     &cli_cmd_ckpt,
     &cli_cmd_serve,
+    &cli_cmd_workload,
+    &cli_cmd_sim,
+    &cli_cmd_profile,
 };
 
 int cli_usage_error(const char *fmt, ...)

@@ -1,0 +1,333 @@
+/* The serving cost model: quadratic fits per (stage, degree), their JSON form, the default. */
+#include "config.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coord/cost.h"
+
+static const char *const stage_names[COST_NSTAGES] = {"prepare", "step", "decode"};
+
+const char *cost_stage_name(cost_stage_t stage)
+{
+    return (unsigned)stage < COST_NSTAGES ? stage_names[stage] : "?";
+}
+
+static const cost_fit_t *find_fit(const cost_model_t *m, cost_stage_t stage, int degree)
+{
+    if ((unsigned)stage >= COST_NSTAGES)
+        return NULL;
+    for (int i = 0; i < m->nfits[stage]; i++)
+        if (m->fits[stage][i].degree == degree)
+            return &m->fits[stage][i];
+    return NULL;
+}
+
+tdl_status_t cost_model_set_fit(cost_model_t *m, cost_stage_t stage, int degree, double a,
+                                double b, double c, double rel_err)
+{
+    if ((unsigned)stage >= COST_NSTAGES)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "cost model: unknown stage %d", (int)stage);
+    if (degree < 1 || degree > 1024 || (degree & (degree - 1)))
+        return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                               "cost model: degree %d is not a power of two in 1..1024", degree);
+    if (!isfinite(a) || !isfinite(b) || !isfinite(c) || !isfinite(rel_err))
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "cost model: %s at degree %d: not finite",
+                               stage_names[stage], degree);
+    cost_fit_t f = {degree, a, b, c, rel_err};
+    cost_fit_t *slot = (cost_fit_t *)find_fit(m, stage, degree);
+    if (slot) {
+        *slot = f;
+        return TDL_OK;
+    }
+    if (m->nfits[stage] == COST_MAX_FITS)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "cost model: more than %d degrees for %s",
+                               COST_MAX_FITS, stage_names[stage]);
+    int i = m->nfits[stage]++;
+    for (; i > 0 && m->fits[stage][i - 1].degree > degree; i--)
+        m->fits[stage][i] = m->fits[stage][i - 1];
+    m->fits[stage][i] = f;
+    return TDL_OK;
+}
+
+double cost_stage_s(const cost_model_t *m, cost_stage_t stage, int tokens, int degree)
+{
+    const cost_fit_t *f = find_fit(m, stage, degree);
+    if (!f)
+        return INFINITY;
+    double x = tokens;
+    double s = (f->a * x + f->b) * x + f->c;
+    return s > 0 ? s : 0;
+}
+
+bool cost_has_degree(const cost_model_t *m, cost_stage_t stage, int degree)
+{
+    return find_fit(m, stage, degree) != NULL;
+}
+
+int cost_tokens(const cost_model_t *m, int resolution)
+{
+    int side = resolution / (m->patch > 0 ? m->patch : 1);
+    return side * side;
+}
+
+double cost_migration_s(const cost_model_t *m, int tokens, int images)
+{
+    double bytes = m->state_bytes_per_token * tokens * images;
+    return m->migration_latency_s + (m->migration_bytes_per_s > 0 ? bytes / m->migration_bytes_per_s
+                                                                   : 0);
+}
+
+/* Solves the 3x3 system by Gaussian elimination with partial pivoting; false if singular. */
+static bool solve3(double m[3][4], double out[3])
+{
+    for (int col = 0; col < 3; col++) {
+        int piv = col;
+        for (int r = col + 1; r < 3; r++)
+            if (fabs(m[r][col]) > fabs(m[piv][col]))
+                piv = r;
+        if (fabs(m[piv][col]) < 1e-300)
+            return false;
+        for (int k = 0; k < 4; k++) {
+            double t = m[col][k];
+            m[col][k] = m[piv][k];
+            m[piv][k] = t;
+        }
+        for (int r = col + 1; r < 3; r++) {
+            double f = m[r][col] / m[col][col];
+            for (int k = col; k < 4; k++)
+                m[r][k] -= f * m[col][k];
+        }
+    }
+    for (int r = 2; r >= 0; r--) {
+        double s = m[r][3];
+        for (int k = r + 1; k < 3; k++)
+            s -= m[r][k] * out[k];
+        out[r] = s / m[r][r];
+    }
+    return true;
+}
+
+tdl_status_t cost_fit_quadratic(const double *xs, const double *ys, int n, double *a, double *b,
+                                double *c, double *rel_err)
+{
+    if (n < 1 || !xs || !ys)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "cost fit: no points");
+    for (int i = 0; i < n; i++)
+        if (!isfinite(xs[i]) || !isfinite(ys[i]))
+            return tdl_error_raise(TDL_ERR_INVALID_ARG, "cost fit: point %d is not finite", i);
+    /* Scale x to about 1 so that the normal equations stay well conditioned. */
+    double xmax = 0;
+    for (int i = 0; i < n; i++)
+        xmax = fmax(xmax, fabs(xs[i]));
+    if (xmax == 0)
+        xmax = 1;
+    int np = n >= 3 ? 3 : n; /* parameters fitted: c, then b, then a */
+    double m[3][4] = {{0}}, p[3] = {0, 0, 0};
+    for (int i = 0; i < n; i++) {
+        double u = xs[i] / xmax, pw[3] = {1, u, u * u};
+        for (int r = 0; r < np; r++) {
+            for (int k = 0; k < np; k++)
+                m[r][k] += pw[r] * pw[k];
+            m[r][3] += pw[r] * ys[i];
+        }
+    }
+    if (np < 3)
+        for (int r = np; r < 3; r++)
+            m[r][r] = 1; /* the unfitted coefficients are 0 */
+    if (!solve3(m, p))
+        return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                               "cost fit: the points do not determine a quadratic (repeated x?)");
+    double fa = p[2] / (xmax * xmax), fb = p[1] / xmax, fc = p[0], err = 0;
+    for (int i = 0; i < n; i++) {
+        double f = (fa * xs[i] + fb) * xs[i] + fc;
+        double d = fabs(f - ys[i]);
+        err = fmax(err, ys[i] != 0 ? d / fabs(ys[i]) : d);
+    }
+    *a = fa;
+    *b = fb;
+    *c = fc;
+    *rel_err = err;
+    return TDL_OK;
+}
+
+void cost_model_default(cost_model_t *m)
+{
+    memset(m, 0, sizeof(*m));
+    snprintf(m->name, sizeof(m->name), "fmnist-ideal");
+    m->patch = 4;
+    m->per_image = true;
+    m->migration_latency_s = 0.5e-3;
+    m->migration_bytes_per_s = 10e9;
+    m->state_bytes_per_token = 128;
+    /* ms per step of one image at 64, 256 and 1024 tokens: SP1 and SP2 as measured on this
+     * machine; SP4 and SP8 as an idealized cluster (scaling at 1024 tokens, losing at 64). */
+    static const double xs[3] = {64, 256, 1024};
+    static const struct {
+        int degree;
+        double ms[3];
+    } steps[] = {{1, {3.2, 16.0, 157.0}},
+                 {2, {2.3, 9.8, 84.0}},
+                 {4, {3.4, 7.2, 45.0}},
+                 {8, {4.5, 7.6, 27.0}}};
+    for (size_t i = 0; i < TDL_ARRAY_SIZE(steps); i++) {
+        double ys[3], a, b, c, e;
+        for (int k = 0; k < 3; k++)
+            ys[k] = steps[i].ms[k] * 1e-3;
+        if (cost_fit_quadratic(xs, ys, 3, &a, &b, &c, &e) == TDL_OK)
+            cost_model_set_fit(m, COST_STEP, steps[i].degree, a, b, c, e);
+    }
+    /* Noise from the seed, and un-patchify plus PNG on the group's first member. */
+    cost_model_set_fit(m, COST_PREPARE, 1, 0, 2e-7, 1e-4, 0);
+    cost_model_set_fit(m, COST_DECODE, 1, 0, 2e-6, 3e-4, 0);
+}
+
+/* ---- JSON ------------------------------------------------------------------------------- */
+
+static tdl_status_t bad(const char *path, const char *what)
+{
+    return tdl_error_raise(TDL_ERR_CORRUPT, "cost model %s: %s", path, what);
+}
+
+static bool get_num(json_t *obj, const char *key, double *out)
+{
+    json_t *v = json_object_get(obj, key);
+    if (!v || !json_is_number(v))
+        return false;
+    *out = json_number_value(v);
+    return isfinite(*out);
+}
+
+tdl_status_t cost_model_load(const char *path, cost_model_t *out)
+{
+    json_error_t jerr;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        FILE *f = fopen(path, "r");
+        if (!f)
+            return tdl_error_raise(errno == ENOENT ? TDL_ERR_NOT_FOUND : TDL_ERR_IO,
+                                   "cost model %s: %s", path, strerror(errno));
+        fclose(f);
+        return tdl_error_raise(TDL_ERR_CORRUPT, "cost model %s:%d: %s", path, jerr.line,
+                               jerr.text);
+    }
+    tdl_status_t st = TDL_OK;
+    char msg[256];
+    cost_model_t m;
+    memset(&m, 0, sizeof(m));
+    m.per_image = true;
+    json_t *v, *stages, *mig;
+    if (!json_is_object(root)) {
+        st = bad(path, "not a JSON object");
+        goto out;
+    }
+    if ((v = json_object_get(root, "model")) && json_is_string(v))
+        snprintf(m.name, sizeof(m.name), "%s", json_string_value(v));
+    v = json_object_get(root, "patch");
+    if (!v || !json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 64) {
+        st = bad(path, "'patch' must be an integer in 1..64");
+        goto out;
+    }
+    m.patch = (int)json_integer_value(v);
+    if ((v = json_object_get(root, "per_image"))) {
+        if (!json_is_boolean(v)) {
+            st = bad(path, "'per_image' must be true or false");
+            goto out;
+        }
+        m.per_image = json_is_true(v);
+    }
+    stages = json_object_get(root, "stages");
+    if (!json_is_object(stages)) {
+        st = bad(path, "'stages' must be an object of prepare, step and decode");
+        goto out;
+    }
+    const char *sname;
+    json_t *sobj;
+    json_object_foreach(stages, sname, sobj)
+    {
+        int s = -1;
+        for (int k = 0; k < COST_NSTAGES; k++)
+            if (!strcmp(sname, stage_names[k]))
+                s = k;
+        if (s < 0 || !json_is_object(sobj)) {
+            snprintf(msg, sizeof(msg), "stage '%s' is not one of prepare, step, decode", sname);
+            st = bad(path, msg);
+            goto out;
+        }
+        const char *dname;
+        json_t *fobj;
+        json_object_foreach(sobj, dname, fobj)
+        {
+            char *end;
+            long d = strtol(dname, &end, 10);
+            double a, b, c, e = 0;
+            if (*end || !json_is_object(fobj) || !get_num(fobj, "a", &a) ||
+                !get_num(fobj, "b", &b) || !get_num(fobj, "c", &c) ||
+                (json_object_get(fobj, "rel_err") && !get_num(fobj, "rel_err", &e)) ||
+                cost_model_set_fit(&m, (cost_stage_t)s, (int)d, a, b, c, e) != TDL_OK) {
+                snprintf(msg, sizeof(msg),
+                         "stages.%s.%s must be {\"a\", \"b\", \"c\"[, \"rel_err\"]} numbers "
+                         "under a power-of-two degree",
+                         sname, dname);
+                st = bad(path, msg);
+                goto out;
+            }
+        }
+    }
+    for (int k = 0; k < COST_NSTAGES; k++)
+        if (!m.nfits[k]) {
+            snprintf(msg, sizeof(msg), "stage '%s' has no fit", stage_names[k]);
+            st = bad(path, msg);
+            goto out;
+        }
+    mig = json_object_get(root, "migration");
+    if (!json_is_object(mig) || !get_num(mig, "latency_s", &m.migration_latency_s) ||
+        !get_num(mig, "bytes_per_s", &m.migration_bytes_per_s) ||
+        !get_num(mig, "state_bytes_per_token", &m.state_bytes_per_token) ||
+        m.migration_latency_s < 0 || m.migration_bytes_per_s <= 0 || m.state_bytes_per_token < 0) {
+        st = bad(path, "'migration' must hold latency_s >= 0, bytes_per_s > 0 and "
+                       "state_bytes_per_token >= 0");
+        goto out;
+    }
+    *out = m;
+out:
+    json_decref(root);
+    return st;
+}
+
+tdl_status_t cost_model_save(const cost_model_t *m, const char *path)
+{
+    json_t *root = json_object(), *stages = json_object(), *mig = json_object();
+    json_object_set_new(root, "model", json_string(m->name));
+    json_object_set_new(root, "patch", json_integer(m->patch));
+    json_object_set_new(root, "per_image", json_boolean(m->per_image));
+    json_object_set_new(root, "x", json_string("tokens"));
+    json_object_set_new(root, "y", json_string("seconds"));
+    for (int s = 0; s < COST_NSTAGES; s++) {
+        json_t *so = json_object();
+        for (int i = 0; i < m->nfits[s]; i++) {
+            const cost_fit_t *f = &m->fits[s][i];
+            char key[16];
+            snprintf(key, sizeof(key), "%d", f->degree);
+            json_object_set_new(so, key,
+                                json_pack("{s:f, s:f, s:f, s:f}", "a", f->a, "b", f->b, "c",
+                                          f->c, "rel_err", f->rel_err));
+        }
+        json_object_set_new(stages, stage_names[s], so);
+    }
+    json_object_set_new(root, "stages", stages);
+    json_object_set_new(mig, "latency_s", json_real(m->migration_latency_s));
+    json_object_set_new(mig, "bytes_per_s", json_real(m->migration_bytes_per_s));
+    json_object_set_new(mig, "state_bytes_per_token", json_real(m->state_bytes_per_token));
+    json_object_set_new(root, "migration", mig);
+    int rc = json_dump_file(root, path, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
+    json_decref(root);
+    if (rc != 0)
+        return tdl_error_raise(TDL_ERR_IO, "cost model %s: cannot write: %s", path,
+                               strerror(errno));
+    return TDL_OK;
+}

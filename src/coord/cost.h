@@ -1,0 +1,59 @@
+/* The cost model of serving: seconds per image of each trajectory stage (prepare, one denoising
+ * step, decode) as a quadratic in the tokens of the image, one fit per sequence-parallel degree,
+ * and the cost of moving a request's live state to another group. `tidal profile` measures and
+ * writes it; the scheduler and the simulator read it. No I/O but load and save. */
+#ifndef TIDAL_COORD_COST_H
+#define TIDAL_COORD_COST_H
+
+#include <stdbool.h>
+
+#include "core/core.h"
+
+#define COST_MAX_FITS 8 /* degrees per stage */
+
+typedef enum { COST_PREPARE = 0, COST_STEP, COST_DECODE, COST_NSTAGES } cost_stage_t;
+
+/* seconds = a * x^2 + b * x + c, x the tokens of one image; rel_err the largest |fit - y| / y
+ * over the points the fit was made from (0 when not measured). */
+typedef struct cost_fit {
+    int degree;
+    double a, b, c, rel_err;
+} cost_fit_t;
+
+typedef struct cost_model {
+    char name[64];  /* the DiT configuration measured ("fmnist") */
+    int patch;      /* pixels per token side: tokens = (resolution / patch)^2 */
+    bool per_image; /* true: a stage of n images costs n times the fit */
+    cost_fit_t fits[COST_NSTAGES][COST_MAX_FITS]; /* by ascending degree */
+    int nfits[COST_NSTAGES];
+    double migration_latency_s;    /* fixed cost of moving a request's state between groups */
+    double migration_bytes_per_s;  /* bandwidth of that move */
+    double state_bytes_per_token;  /* live state of one image per token (latents, history) */
+} cost_model_t;
+
+const char *cost_stage_name(cost_stage_t stage);
+
+/* An idealized cluster in the ballpark of the fmnist DiT measured on a small machine; see
+ * doc/scheduler.md for the numbers and where they come from. */
+void cost_model_default(cost_model_t *model);
+/* Adds or replaces the fit of (stage, degree); degree a power of two, at most 1024. */
+tdl_status_t cost_model_set_fit(cost_model_t *model, cost_stage_t stage, int degree, double a,
+                                double b, double c, double rel_err);
+/* The JSON format of doc/scheduler.md. Load fills *model only on success. */
+tdl_status_t cost_model_load(const char *path, cost_model_t *model);
+tdl_status_t cost_model_save(const cost_model_t *model, const char *path);
+
+/* Seconds of one image of `tokens` tokens in `stage` at `degree`; INFINITY when the model has
+ * no fit at that degree. Never below 0. */
+double cost_stage_s(const cost_model_t *model, cost_stage_t stage, int tokens, int degree);
+bool cost_has_degree(const cost_model_t *model, cost_stage_t stage, int degree);
+int cost_tokens(const cost_model_t *model, int resolution);
+/* Seconds to move the state of `images` images of `tokens` tokens to another group. */
+double cost_migration_s(const cost_model_t *model, int tokens, int images);
+
+/* Least-squares y = a x^2 + b x + c over n points (n >= 3; n = 2 fits a line, n = 1 a
+ * constant); rel_err as in cost_fit_t. Outputs written only on success. */
+tdl_status_t cost_fit_quadratic(const double *xs, const double *ys, int n, double *a, double *b,
+                                double *c, double *rel_err);
+
+#endif /* TIDAL_COORD_COST_H */

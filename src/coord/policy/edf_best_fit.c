@@ -1,0 +1,13 @@
+/* edf_best_fit (GF-DiT): earliest deadline first; each request gets the smallest degree whose
+ * estimated finish meets its deadline, else the fastest that fits; ranks left over go to this
+ * round's chunks only where the cost model says the wider degree finishes sooner. */
+#include "config.h"
+
+#include "coord/policy_internal.h"
+
+static const policy_rule_t edf_best_fit_rule = {.before = policy_before_deadline,
+                                                .degree = policy_degree_best_fit,
+                                                .widen = true};
+POLICY_ENGINE_OPS(edf_best_fit, "edf_best_fit",
+                  "earliest deadline first, the smallest degree that meets it; surplus only where "
+                  "faster");

@@ -1,0 +1,55 @@
+/* What the policy files share: a list-scheduling engine. A policy is an order on the runnable
+ * requests and a degree rule; the engine takes requests in that order and places each while
+ * ranks are free, preferring the ranks that already hold the request's state. */
+#ifndef TIDAL_COORD_POLICY_INTERNAL_H
+#define TIDAL_COORD_POLICY_INTERNAL_H
+
+#include "coord/policy.h"
+
+typedef struct policy_rule {
+    /* true when a goes before b */
+    bool (*before)(const policy_view_t *v, const policy_request_t *a, const policy_request_t *b);
+    /* the degree wanted for r's next chunk with `nfree` ranks free (the engine clamps it to the
+     * degrees the cost model has for the task's stage); 0: r waits */
+    int (*degree)(const policy_view_t *v, const policy_request_t *r, int nfree);
+    bool blocking; /* stop at the first request in order that cannot be placed */
+    bool widen;    /* after placing, hand the ranks left to this round's chunks, one power of two
+                      at a time, where the cost model says the wider degree finishes sooner */
+} policy_rule_t;
+
+tdl_status_t policy_engine_create(const policy_rule_t *rule, void **state_out);
+void policy_engine_destroy(void *state);
+tdl_status_t policy_engine_place(void *state, const policy_view_t *view, uint64_t request_id,
+                                 policy_placement_t *out, int max_out, int *nout);
+tdl_status_t policy_engine_event(void *state, const policy_view_t *view, const policy_event_t *ev,
+                                 policy_placement_t *out, int max_out, int *nout);
+
+/* Shared orders and degree rules. */
+bool policy_before_arrival(const policy_view_t *v, const policy_request_t *a,
+                           const policy_request_t *b);
+bool policy_before_deadline(const policy_view_t *v, const policy_request_t *a,
+                            const policy_request_t *b);
+/* The degree (of the step fits, at most nfree) that finishes r soonest; ties to the smaller. */
+int policy_degree_fastest(const policy_view_t *v, const policy_request_t *r, int nfree);
+/* The smallest degree whose estimated finish meets r's deadline, else the fastest. */
+int policy_degree_best_fit(const policy_view_t *v, const policy_request_t *r, int nfree);
+
+/* An ops table whose three callbacks are the engine's, for a rule named NAME_rule. */
+#define POLICY_ENGINE_OPS(id, namestr, summarystr)                                                 \
+    static tdl_status_t id##_create(void **state_out)                                              \
+    {                                                                                              \
+        return policy_engine_create(&id##_rule, state_out);                                       \
+    }                                                                                              \
+    const policy_ops_t policy_##id = {.name = namestr,                                             \
+                                      .summary = summarystr,                                       \
+                                      .create = id##_create,                                       \
+                                      .destroy = policy_engine_destroy,                            \
+                                      .on_arrival = policy_engine_place,                           \
+                                      .on_runnable = policy_engine_place,                          \
+                                      .on_event = policy_engine_event}
+
+extern const policy_ops_t policy_static_sp1, policy_static_sp2, policy_static_sp4,
+    policy_static_sp8, policy_fcfs, policy_sjf, policy_srtf, policy_edf_greedy,
+    policy_edf_best_fit, policy_edf_priority;
+
+#endif /* TIDAL_COORD_POLICY_INTERNAL_H */

@@ -1,0 +1,37 @@
+/* A discrete-event simulation of the coordinator: ranks, the requests of a trace, the policy's
+ * placements, task completions costed by the cost model, migrations when a request's next task
+ * goes to another set of ranks. Deterministic: the same inputs give the same numbers. */
+#ifndef TIDAL_COORD_SIM_H
+#define TIDAL_COORD_SIM_H
+
+#include "coord/cost.h"
+#include "coord/policy.h"
+#include "coord/workload.h"
+
+typedef struct sim_config {
+    int ranks;
+    int chunk; /* denoising steps per STEP_CHUNK task */
+    const cost_model_t *cost;
+    const policy_ops_t *policy;
+} sim_config_t;
+
+typedef struct sim_result {
+    int requests;
+    double makespan_s;     /* first arrival to last finish */
+    double throughput_rps; /* requests / makespan */
+    double goodput_rps;    /* requests that met their deadline (or had none) / makespan */
+    double mean_s, p50_s, p95_s, p99_s; /* latency, arrival to finish; nearest rank */
+    int with_deadline, slo_violations;
+    double slo_violation_rate; /* violations / requests with a deadline (0 when none) */
+    double utilization;        /* rank-seconds busy (migrations included) / ranks x makespan */
+    long tasks, migrations;
+    double migration_s;        /* total time spent moving state */
+} sim_result_t;
+
+/* Runs the trace (sorted by at_ms) to the end. finish_s, when not NULL, receives each request's
+ * finish time in seconds from time 0, in the order of reqs. Fails with TDL_ERR_INTERNAL naming
+ * the policy if it places a task wrongly or leaves requests waiting with every rank idle. */
+tdl_status_t sim_run(const sim_config_t *cfg, const workload_request_t *reqs, int n,
+                     sim_result_t *result, double *finish_s);
+
+#endif /* TIDAL_COORD_SIM_H */

@@ -1,0 +1,53 @@
+/* Workloads for serving: timed requests as the JSON lines `tidal serve --trace` reads
+ * (doc/serving.md), generated with Poisson or piecewise-Poisson arrivals from three classes. */
+#ifndef TIDAL_COORD_WORKLOAD_H
+#define TIDAL_COORD_WORKLOAD_H
+
+#include <stdint.h>
+
+#include "coord/cost.h"
+#include "coord/policy.h"
+#include "core/core.h"
+
+/* One trace line. */
+typedef struct workload_request {
+    int64_t at_ms; /* arrival after the start */
+    int label;     /* -1: unconditional */
+    int n, resolution, steps;
+    double cfg;
+    uint64_t seed;
+    int priority;
+    int64_t deadline_ms; /* from arrival; 0: none */
+} workload_request_t;
+
+#define WORKLOAD_MAX_PHASES 32
+
+typedef struct workload_config {
+    int ranks;
+    double load;  /* arrival rate as a fraction of the cluster's capacity */
+    int requests; /* how many to generate (0 with phases: until the phases end) */
+    uint64_t seed;
+    /* per class S, M, L (resolutions 32, 64, 128) */
+    double mix[POLICY_NCLASSES];   /* shares of the requests */
+    double alpha[POLICY_NCLASSES]; /* deadline = arrival + alpha * single-rank time */
+    int steps[POLICY_NCLASSES];
+    int priority[POLICY_NCLASSES];
+    int labels; /* labels drawn uniformly from 0 .. labels - 1; 0: all -1 */
+    /* piecewise Poisson: phase i lasts phase_s[i] seconds at phase_load[i] */
+    int nphases;
+    double phase_load[WORKLOAD_MAX_PHASES], phase_s[WORKLOAD_MAX_PHASES];
+} workload_config_t;
+
+void workload_config_default(workload_config_t *cfg);
+/* Requests per second a cluster of cfg->ranks ranks finishes at load 1: ranks over the mean
+ * single-rank time of a request of the mix. */
+double workload_capacity_rps(const workload_config_t *cfg, const cost_model_t *cost);
+tdl_status_t workload_generate(const workload_config_t *cfg, const cost_model_t *cost,
+                               workload_request_t **reqs_out, int *n_out);
+/* "-" is standard output. */
+tdl_status_t workload_write(const char *path, const workload_request_t *reqs, int n);
+/* Checks every line as `tidal serve --trace` does (unknown fields are errors) and sorts by
+ * at_ms, ties in file order. Errors read "FILE:LINE: field 'x': ...". */
+tdl_status_t workload_read(const char *path, workload_request_t **reqs_out, int *n_out);
+
+#endif /* TIDAL_COORD_WORKLOAD_H */
