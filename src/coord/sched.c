@@ -1,0 +1,319 @@
+/* The scheduling core shared by the coordinator and the simulator (see sched.h). */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "coord/sched.h"
+
+struct sched {
+    sched_config_t cfg;
+    void *pstate;
+    bool *busy;
+    int nfree, maxdeg;
+    policy_request_t *live; /* dense, nlive of cap */
+    int *live_ranks;        /* maxdeg per live slot */
+    int *prev_ranks;        /* maxdeg: the last task's ranks of the request being started */
+    int nlive, cap;
+    int *live_of; /* request id -> live slot, -1 when not live; nids of idcap */
+    uint64_t nids;
+    size_t idcap;
+    int *stamp; /* rank -> generation mark, for set comparisons */
+    int gen;
+    policy_placement_t *buf[2];
+    int bufcap;
+    uint64_t *started; /* request ids started, not yet reported to the policy */
+    int nstarted;
+    int running;
+    double now;
+    sched_stats_t stats;
+};
+
+static policy_view_t view_of(const sched_t *s)
+{
+    return (policy_view_t){.now = s->now,
+                           .cost = s->cfg.cost,
+                           .nranks = s->cfg.ranks,
+                           .busy = s->busy,
+                           .nfree = s->nfree,
+                           .requests = s->live,
+                           .nrequests = s->nlive,
+                           .chunk = s->cfg.chunk};
+}
+
+static tdl_status_t bad_placement(const sched_t *s, const policy_placement_t *p, const char *why)
+{
+    return tdl_error_raise(TDL_ERR_INTERNAL, "policy %s placed request %llu wrongly at %.6f s: %s",
+                           s->cfg.policy->name, (unsigned long long)p->request_id, s->now, why);
+}
+
+static int slot_of(const sched_t *s, uint64_t id)
+{
+    return id < s->nids ? s->live_of[id] : -1;
+}
+
+static tdl_status_t start(sched_t *s, const policy_placement_t *p)
+{
+    const cost_model_t *cost = s->cfg.cost;
+    int slot = slot_of(s, p->request_id);
+    if (slot < 0)
+        return bad_placement(s, p, "not a live request");
+    policy_request_t *r = &s->live[slot];
+    if (r->running)
+        return bad_placement(s, p, "a task of it is running");
+    cost_stage_t stage = policy_task_stage(r->next);
+    if (p->degree < 1 || p->degree > s->nfree || p->degree > s->maxdeg ||
+        !cost_has_degree(cost, stage, p->degree))
+        return bad_placement(s, p, "degree not free or not in the cost model");
+    bool chunk = r->next == POLICY_TASK_STEP_CHUNK;
+    if ((chunk && (p->steps < 1 || p->steps > r->steps_total - r->steps_done)) ||
+        (!chunk && p->steps != 0))
+        return bad_placement(s, p, "wrong step count");
+    s->gen++;
+    for (int i = 0; i < p->degree; i++) {
+        int k = p->ranks[i];
+        if (k < 0 || k >= s->cfg.ranks || s->busy[k] || s->stamp[k] == s->gen)
+            return bad_placement(s, p, "a rank busy, repeated or out of range");
+        s->stamp[k] = s->gen;
+    }
+    /* State moves when a chunk runs on another set of ranks than the last task (noise after
+     * PREPARE is drawn again from the seed), or when DECODE's rank did not hold the latents. */
+    bool move = false;
+    if (chunk && r->steps_done > 0) {
+        move = r->nranks != p->degree;
+        for (int i = 0; !move && i < r->nranks; i++)
+            move = s->stamp[r->ranks[i]] != s->gen;
+    } else if (r->next == POLICY_TASK_DECODE) {
+        move = true;
+        for (int i = 0; move && i < r->nranks; i++)
+            move = r->ranks[i] != p->ranks[0];
+    }
+    double im = cost->per_image ? r->n : 1;
+    double dur = im * cost_stage_s(cost, stage, r->tokens, p->degree) * (chunk ? p->steps : 1);
+    if (move) {
+        double m = cost_migration_s(cost, r->tokens, r->n);
+        dur += m;
+        s->stats.migration_s += m;
+        s->stats.migrations++;
+    }
+    int nprev = r->nranks; /* 0 before PREPARE */
+    memcpy(s->prev_ranks, r->ranks, (size_t)nprev * sizeof(int));
+    sched_task_t t = {.id = p->request_id,
+                      .task = r->next,
+                      .steps = chunk ? p->steps : 0,
+                      .steps_before = r->steps_done,
+                      .degree = p->degree,
+                      .ranks = p->ranks,
+                      .nprev = nprev,
+                      .prev = s->prev_ranks,
+                      .move = move,
+                      .estimate_s = dur};
+    for (int i = 0; i < p->degree; i++) {
+        s->busy[p->ranks[i]] = true;
+        s->live_ranks[slot * s->maxdeg + i] = p->ranks[i];
+    }
+    s->nfree -= p->degree;
+    r->nranks = p->degree;
+    r->running = true;
+    if (chunk) {
+        r->last_degree = p->degree;
+        r->steps_done += p->steps; /* counted at the start; the view says it is running */
+    }
+    s->stats.busy_rank_s += p->degree * dur;
+    s->stats.tasks++;
+    s->running++;
+    s->started[s->nstarted++] = p->request_id;
+    return s->cfg.start(s->cfg.user, &t);
+}
+
+/* Starts placements, then reports each start to the policy and starts what it answers. */
+static tdl_status_t apply(sched_t *s, int nout)
+{
+    tdl_status_t st = TDL_OK;
+    for (int i = 0; st == TDL_OK && i < nout; i++)
+        st = start(s, &s->buf[0][i]);
+    while (st == TDL_OK && s->nstarted > 0) {
+        uint64_t id = s->started[--s->nstarted];
+        int n2 = 0;
+        policy_event_t ev = {POLICY_EV_STARTED, id, s->live[slot_of(s, id)].next};
+        policy_view_t v = view_of(s);
+        st = s->cfg.policy->on_event(s->pstate, &v, &ev, s->buf[1], s->bufcap, &n2);
+        for (int i = 0; st == TDL_OK && i < n2; i++)
+            st = start(s, &s->buf[1][i]);
+    }
+    return st;
+}
+
+static tdl_status_t grow(sched_t *s)
+{
+    if (s->nids == s->idcap) {
+        size_t cap = s->idcap * 2;
+        int *lo = realloc(s->live_of, cap * sizeof(int));
+        if (!lo)
+            return tdl_error_raise(TDL_ERR_NOMEM, "scheduler: out of memory");
+        s->live_of = lo, s->idcap = cap;
+    }
+    if (s->nlive == s->cap) {
+        int cap = s->cap * 2;
+        policy_request_t *lv = realloc(s->live, (size_t)cap * sizeof(*lv));
+        if (lv)
+            s->live = lv;
+        int *lr = realloc(s->live_ranks, (size_t)cap * (size_t)s->maxdeg * sizeof(int));
+        if (lr)
+            s->live_ranks = lr;
+        if (!lv || !lr)
+            return tdl_error_raise(TDL_ERR_NOMEM, "scheduler: out of memory");
+        s->cap = cap;
+        for (int i = 0; i < s->nlive; i++) /* the views' rank pointers follow the move */
+            s->live[i].ranks = &s->live_ranks[i * s->maxdeg];
+    }
+    return TDL_OK;
+}
+
+tdl_status_t sched_arrive(sched_t *s, double now, const sched_request_t *q, uint64_t *id_out)
+{
+    tdl_status_t st = grow(s);
+    if (st != TDL_OK)
+        return st;
+    s->now = now;
+    uint64_t id = s->nids++;
+    int slot = s->nlive++;
+    policy_request_t *r = &s->live[slot];
+    memset(r, 0, sizeof(*r));
+    r->id = id;
+    r->resolution = q->resolution;
+    r->tokens = cost_tokens(s->cfg.cost, q->resolution);
+    r->n = q->n;
+    r->steps_total = q->steps;
+    r->next = POLICY_TASK_PREPARE;
+    r->arrival_s = now;
+    r->deadline_s = q->deadline_s;
+    r->priority = q->priority;
+    r->cls = policy_class_of(q->resolution);
+    r->ranks = &s->live_ranks[slot * s->maxdeg];
+    s->live_of[id] = slot;
+    if (id_out)
+        *id_out = id;
+    int nout = 0;
+    policy_view_t v = view_of(s);
+    st = s->cfg.policy->on_arrival(s->pstate, &v, id, s->buf[0], s->bufcap, &nout);
+    return st == TDL_OK ? apply(s, nout) : st;
+}
+
+static void retire(sched_t *s, uint64_t id)
+{
+    int slot = s->live_of[id], last = --s->nlive;
+    if (slot != last) {
+        s->live[slot] = s->live[last];
+        memcpy(&s->live_ranks[slot * s->maxdeg], &s->live_ranks[last * s->maxdeg],
+               (size_t)s->maxdeg * sizeof(int));
+        s->live[slot].ranks = &s->live_ranks[slot * s->maxdeg];
+        s->live_of[s->live[slot].id] = slot;
+    }
+    s->live_of[id] = -1;
+}
+
+static tdl_status_t end_task(sched_t *s, double now, uint64_t id, bool failed, bool *done)
+{
+    int slot = slot_of(s, id);
+    if (slot < 0 || !s->live[slot].running)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "scheduler: request %llu has no task running",
+                               (unsigned long long)id);
+    s->now = now;
+    policy_request_t *r = &s->live[slot];
+    policy_task_t task = r->next;
+    for (int i = 0; i < r->nranks; i++)
+        s->busy[r->ranks[i]] = false;
+    s->nfree += r->nranks;
+    s->running--;
+    r->running = false;
+    bool finished = failed || task == POLICY_TASK_DECODE;
+    if (task == POLICY_TASK_PREPARE || task == POLICY_TASK_STEP_CHUNK)
+        r->next = r->steps_done >= r->steps_total ? POLICY_TASK_DECODE : POLICY_TASK_STEP_CHUNK;
+    if (finished)
+        retire(s, id);
+    if (done)
+        *done = finished && !failed;
+    policy_event_t ev = {failed ? POLICY_EV_FAILED : POLICY_EV_FINISHED, id, task};
+    int nout = 0;
+    policy_view_t v = view_of(s);
+    tdl_status_t st = s->cfg.policy->on_event(s->pstate, &v, &ev, s->buf[0], s->bufcap, &nout);
+    if (st == TDL_OK)
+        st = apply(s, nout);
+    if (st == TDL_OK && !finished) {
+        v = view_of(s);
+        st = s->cfg.policy->on_runnable(s->pstate, &v, id, s->buf[0], s->bufcap, &nout);
+        if (st == TDL_OK)
+            st = apply(s, nout);
+    }
+    return st;
+}
+
+tdl_status_t sched_finished(sched_t *s, double now, uint64_t id, bool *request_done)
+{
+    return end_task(s, now, id, false, request_done);
+}
+
+tdl_status_t sched_failed(sched_t *s, double now, uint64_t id)
+{
+    return end_task(s, now, id, true, NULL);
+}
+
+int sched_live(const sched_t *s) { return s->nlive; }
+int sched_running(const sched_t *s) { return s->running; }
+int sched_nfree(const sched_t *s) { return s->nfree; }
+const char *sched_policy_name(const sched_t *s) { return s->cfg.policy->name; }
+void sched_get_stats(const sched_t *s, sched_stats_t *out) { *out = s->stats; }
+
+tdl_status_t sched_create(const sched_config_t *cfg, sched_t **out)
+{
+    if (!cfg || !cfg->cost || !cfg->policy || !cfg->start || cfg->ranks < 1 || cfg->chunk < 1)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "scheduler: needs ranks >= 1, chunk >= 1, a "
+                                                    "cost model, a policy and a start function");
+    sched_t *s = calloc(1, sizeof(*s));
+    if (!s)
+        return tdl_error_raise(TDL_ERR_NOMEM, "scheduler: out of memory");
+    s->cfg = *cfg;
+    s->maxdeg = 1;
+    for (int k = 0; k < COST_NSTAGES; k++)
+        for (int i = 0; i < cfg->cost->nfits[k]; i++)
+            s->maxdeg = TDL_MAX(s->maxdeg, cfg->cost->fits[k][i].degree);
+    s->maxdeg = TDL_MIN(s->maxdeg, cfg->ranks);
+    if (cfg->max_degree > 0)
+        s->maxdeg = TDL_MIN(s->maxdeg, cfg->max_degree);
+    s->nfree = cfg->ranks;
+    s->bufcap = cfg->ranks;
+    s->cap = 64;
+    s->idcap = 64;
+    s->busy = calloc((size_t)cfg->ranks, sizeof(bool));
+    s->stamp = calloc((size_t)cfg->ranks, sizeof(int));
+    s->live = calloc((size_t)s->cap, sizeof(*s->live));
+    s->live_ranks = calloc((size_t)s->cap * (size_t)s->maxdeg, sizeof(int));
+    s->prev_ranks = calloc((size_t)s->maxdeg, sizeof(int));
+    s->live_of = malloc(s->idcap * sizeof(int));
+    s->started = malloc(((size_t)cfg->ranks + 1) * sizeof(uint64_t));
+    s->buf[0] = malloc((size_t)s->bufcap * sizeof(policy_placement_t));
+    s->buf[1] = malloc((size_t)s->bufcap * sizeof(policy_placement_t));
+    tdl_status_t st = TDL_OK;
+    if (!s->busy || !s->stamp || !s->live || !s->live_ranks || !s->prev_ranks || !s->live_of ||
+        !s->started || !s->buf[0] || !s->buf[1])
+        st = tdl_error_raise(TDL_ERR_NOMEM, "scheduler: out of memory for %d ranks", cfg->ranks);
+    if (st == TDL_OK)
+        st = cfg->policy->create(&s->pstate);
+    if (st != TDL_OK) {
+        sched_free(s);
+        return st;
+    }
+    *out = s;
+    return TDL_OK;
+}
+
+void sched_free(sched_t *s)
+{
+    if (!s)
+        return;
+    if (s->pstate)
+        s->cfg.policy->destroy(s->pstate);
+    free(s->buf[1]), free(s->buf[0]), free(s->started), free(s->live_of), free(s->prev_ranks);
+    free(s->live_ranks), free(s->live), free(s->stamp), free(s->busy), free(s);
+}

@@ -1,0 +1,74 @@
+/* The scheduling core that the coordinator (tidal serve) and the simulator (tidal sim) share:
+ * the live requests, which ranks are busy, and the conversation with a policy. The caller tells
+ * it what happened (a request arrived, a task finished or failed) at its own clock; it asks the
+ * policy, checks each placement, works out whether the request's state must move, and calls the
+ * caller's start function for every task to run. The simulator's start function schedules a
+ * completion from the cost model; the coordinator's sends the task to executor ranks. */
+#ifndef TIDAL_COORD_SCHED_H
+#define TIDAL_COORD_SCHED_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "coord/cost.h"
+#include "coord/policy.h"
+#include "core/core.h"
+
+/* A task to start now. ranks/prev point into the scheduler and are valid during the call. */
+typedef struct sched_task {
+    uint64_t id;       /* the request, as sched_arrive numbered it */
+    policy_task_t task;
+    int steps;         /* of a STEP_CHUNK (0 otherwise); steps_before of them were done before */
+    int steps_before;
+    int degree;
+    const int *ranks;  /* degree ranks, 0 .. nranks - 1; ranks[0] decodes */
+    int nprev;         /* the ranks that ran its last task (0 before the first) */
+    const int *prev;
+    bool move;         /* the state moves from prev to ranks before the task runs */
+    double estimate_s; /* the cost model's duration, the move included */
+} sched_task_t;
+
+typedef tdl_status_t (*sched_start_fn)(void *user, const sched_task_t *task);
+
+typedef struct sched_config {
+    int ranks;        /* ranks 0 .. ranks - 1 run tasks */
+    int chunk;        /* denoising steps per STEP_CHUNK */
+    int max_degree;   /* widest placement accepted (0: ranks) */
+    const cost_model_t *cost;
+    const policy_ops_t *policy;
+    sched_start_fn start;
+    void *user;
+} sched_config_t;
+
+/* A request as it arrives. */
+typedef struct sched_request {
+    int resolution, n, steps; /* n: images, guidance's doubled batch included */
+    double deadline_s;        /* absolute, on the caller's clock; 0: none */
+    int priority;
+} sched_request_t;
+
+typedef struct sched_stats {
+    long tasks, migrations;
+    double busy_rank_s;  /* rank-seconds of the estimates of the tasks started */
+    double migration_s;  /* estimated seconds of the moves */
+} sched_stats_t;
+
+typedef struct sched sched_t;
+
+tdl_status_t sched_create(const sched_config_t *cfg, sched_t **out);
+void sched_free(sched_t *s);
+/* A request arrives at `now`; *id_out gets its number (0, 1, 2, ... in order of arrival).
+ * Placements the policy makes start before it returns. */
+tdl_status_t sched_arrive(sched_t *s, double now, const sched_request_t *req, uint64_t *id_out);
+/* The running task of request `id` finished at `now`; *request_done: it was the last (DECODE).
+ * Its ranks are free again; the policy hears of it and its placements start. */
+tdl_status_t sched_finished(sched_t *s, double now, uint64_t id, bool *request_done);
+/* The running task of `id` failed: its ranks are free and the request is dropped. */
+tdl_status_t sched_failed(sched_t *s, double now, uint64_t id);
+int sched_live(const sched_t *s);    /* requests arrived and not finished */
+int sched_running(const sched_t *s); /* tasks running */
+int sched_nfree(const sched_t *s);
+const char *sched_policy_name(const sched_t *s);
+void sched_get_stats(const sched_t *s, sched_stats_t *out);
+
+#endif /* TIDAL_COORD_SCHED_H */
