@@ -3,9 +3,11 @@
  * scheduler: under mpirun the other ranks wait for the end. doc/serving.md. */
 #include "config.h"
 
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +15,9 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "coord/cost.h"
+#include "coord/policy.h"
+#include "coord/sched.h"
 #include "mpi/bootstrap.h"
 #include "gfc/gfc.h"
 #include "serve/front.h"
@@ -54,6 +59,17 @@ static const tdl_param_def_t serve_params[] = {
      "tokens and the heads)",
      NULL, 1, 8},
     {"chunk", TDL_PARAM_INT, "1", "steps per STEP_CHUNK task", NULL, 1, 1000},
+    {"policy", TDL_PARAM_STRING, NULL,
+     "under mpirun: the placement policy (static_sp1, static_sp2, static_sp4, static_sp8, fcfs, "
+     "sjf, srtf, edf_greedy, edf_best_fit, edf_priority; default: static_sp<--sp>)",
+     NULL, 1, 0},
+    {"cost", TDL_PARAM_STRING, NULL,
+     "cost model JSON the policy estimates with (tidal profile); default: the built-in model",
+     NULL, 1, 0},
+    {"request-log", TDL_PARAM_STRING, NULL,
+     "under mpirun: a JSON line per finished request (seq, id, arrival_s, finish_s, latency_s, "
+     "ok) to this file, as tidal sim --request-log writes",
+     NULL, 1, 0},
     {"cfg-parallel", TDL_PARAM_BOOL, "false",
      "with an even --sp: a guided request's conditional and unconditional halves run on the two "
      "halves of its ranks at once",
@@ -194,21 +210,142 @@ static void spec_of(const serve_request_params_t *p, uint64_t id, serve_traj_spe
                                 .deadline_ms = (double)p->deadline_ms};
 }
 
-/* Finished requests back into the queue. */
-static void collect(serve_dispatcher_t *d, serve_queue_t *q)
+/* ---- the coordinator: a policy places every task, the executors run it --------------------- */
+
+typedef struct coord_req {
+    serve_job_t *job;
+    serve_traj_spec_t spec;
+    uint64_t next_seq; /* tasks sent */
+    double arrival_s;
+} coord_req_t;
+
+typedef struct coord {
+    serve_dispatcher_t *d;
+    serve_queue_t *q;
+    sched_t *sched;
+    cost_model_t cost;
+    coord_req_t *reqs; /* by the scheduler's request number */
+    size_t nreqs, cap;
+    bool cfg_parallel;
+    double t0;
+    FILE *log;
+} coord_t;
+
+static tdl_status_t coord_start(void *user, const sched_task_t *t)
+{
+    coord_t *c = user;
+    coord_req_t *r = &c->reqs[t->id];
+    int ranks[SERVE_MAX_DEGREE], prev[SERVE_MAX_DEGREE];
+    for (int i = 0; i < t->degree; i++) /* the policy's rank k is executor k + 1 */
+        ranks[i] = t->ranks[i] + 1;
+    for (int i = 0; i < t->nprev; i++)
+        prev[i] = t->prev[i] + 1;
+    bool guided = r->spec.label >= 0 && r->spec.cfg != 1.0f;
+    serve_task_cmd_t cmd = {
+        .kind = t->task == POLICY_TASK_PREPARE      ? SERVE_TASK_PREPARE
+                : t->task == POLICY_TASK_STEP_CHUNK ? SERVE_TASK_STEP_CHUNK
+                                                    : SERVE_TASK_DECODE,
+        .steps = t->steps,
+        .ranks = ranks,
+        .nranks = t->degree,
+        .prev = prev,
+        .nprev = t->nprev,
+        .move = t->move,
+        .cfg_parallel = c->cfg_parallel && guided && t->degree % 2 == 0,
+        .seq = r->next_seq++};
+    TDL_DEBUG("request %s: %s%s on ranks %d..%d (%d), estimate %.4f s",
+              serve_job_params(r->job)->id, serve_task_name(cmd.kind), t->move ? " (moved)" : "",
+              ranks[0], ranks[t->degree - 1], t->degree, t->estimate_s);
+    return serve_dispatch_task(c->d, &r->spec, &cmd, (void *)(uintptr_t)t->id);
+}
+
+static void coord_log(coord_t *c, uint64_t id, double now, bool ok)
+{
+    if (!c->log)
+        return;
+    coord_req_t *r = &c->reqs[id];
+    fprintf(c->log,
+            "{\"seq\": %llu, \"id\": \"%s\", \"resolution\": %d, \"arrival_s\": %.6f, "
+            "\"finish_s\": %.6f, \"latency_s\": %.6f, \"ok\": %s}\n",
+            (unsigned long long)id, serve_job_params(r->job)->id, r->spec.res, r->arrival_s, now,
+            now - r->arrival_s, ok ? "true" : "false");
+    fflush(c->log);
+}
+
+/* A request from the queue enters the scheduler (which may start its first task at once). */
+static tdl_status_t coord_arrive(coord_t *c, serve_job_t *job)
+{
+    if (c->nreqs == c->cap) {
+        size_t cap = c->cap ? 2 * c->cap : 64;
+        coord_req_t *more = realloc(c->reqs, cap * sizeof(*more));
+        if (!more)
+            return tdl_error_raise(TDL_ERR_NOMEM, "coordinator: out of memory");
+        c->reqs = more, c->cap = cap;
+    }
+    double now = tdl_clock_s() - c->t0;
+    const serve_request_params_t *p = serve_job_params(job);
+    coord_req_t *r = &c->reqs[c->nreqs];
+    *r = (coord_req_t){.job = job, .arrival_s = now};
+    spec_of(p, c->nreqs + 1, &r->spec);
+    bool guided = r->spec.label >= 0 && r->spec.cfg != 1.0f;
+    sched_request_t sr = {.resolution = r->spec.res,
+                          .n = r->spec.n * (guided ? 2 : 1),
+                          .steps = r->spec.steps,
+                          .deadline_s = p->deadline_ms > 0 ? now + p->deadline_ms / 1e3 : 0,
+                          .priority = p->priority};
+    c->nreqs++;
+    return sched_arrive(c->sched, now, &sr, NULL);
+}
+
+/* Reported tasks: the scheduler hears of them; finished requests go back to the queue. */
+static tdl_status_t coord_collect(coord_t *c, int *nout)
 {
     serve_inflight_t fin[SERVE_MAX_DEGREE * 4];
-    int n = serve_dispatcher_poll(d, fin, (int)TDL_ARRAY_SIZE(fin));
+    int n = serve_dispatcher_poll(c->d, fin, (int)TDL_ARRAY_SIZE(fin));
+    double now = tdl_clock_s() - c->t0;
+    tdl_status_t st = TDL_OK;
     for (int i = 0; i < n; i++) {
-        serve_job_t *job = fin[i].user;
-        if (fin[i].status == TDL_OK && fin[i].png_len > 0) {
-            TDL_INFO("request %s: done on ranks %d..%d", serve_job_params(job)->id,
-                     fin[i].ranks[0], fin[i].ranks[fin[i].degree - 1]);
-            serve_job_done(q, job, fin[i].png, fin[i].png_len);
+        uint64_t id = (uintptr_t)fin[i].user;
+        coord_req_t *r = &c->reqs[id];
+        tdl_status_t s;
+        if (fin[i].status == TDL_OK) {
+            s = sched_finished(c->sched, now, id, NULL);
+            if (fin[i].kind == SERVE_TASK_DECODE) {
+                TDL_INFO("request %s: done, %.3f s after it arrived", serve_job_params(r->job)->id,
+                         now - r->arrival_s);
+                coord_log(c, id, now, true);
+                serve_job_done(c->q, r->job, fin[i].png, fin[i].png_len);
+            }
         } else {
             free(fin[i].png);
-            serve_job_fail(q, job, "the executor ranks could not run it (see their log)");
+            char why[SERVE_ERROR_MAX];
+            snprintf(why, sizeof(why), "its %s task failed on executor ranks %d..%d (see their "
+                     "log)", serve_task_name(fin[i].kind), fin[i].ranks[0],
+                     fin[i].ranks[fin[i].degree - 1]);
+            coord_log(c, id, now, false);
+            serve_job_fail(c->q, r->job, why);
+            s = sched_failed(c->sched, now, id);
         }
+        if (st == TDL_OK)
+            st = s;
+    }
+    *nout = n;
+    return st;
+}
+
+/* The policy's degrees this model and job can run: they divide the heads and the width, and
+ * fit the executors. */
+static void coord_trim_cost(cost_model_t *cost, const dit_config_t *m, int executors)
+{
+    for (int k = 0; k < COST_NSTAGES; k++) {
+        int kept = 0;
+        for (int i = 0; i < cost->nfits[k]; i++) {
+            int p = cost->fits[k][i].degree;
+            if (p <= executors && p <= SERVE_MAX_DEGREE && m->num_heads % p == 0 &&
+                m->hidden_size % p == 0)
+                cost->fits[k][kept++] = cost->fits[k][i];
+        }
+        cost->nfits[k] = kept;
     }
 }
 
@@ -245,7 +382,6 @@ static int serve_rank0(tdl_params_t *params, int world, dit_model_t *m, serve_di
     tdl_status_t st = TDL_OK;
     int sp = (int)tdl_param_int(params, "sp"), chunk = (int)tdl_param_int(params, "chunk");
     bool cfg_par = tdl_param_bool(params, "cfg-parallel");
-    uint64_t next_id = 1;
     const dit_config_t *c = &m->config;
     serve_limits_t lim = {.num_classes = c->num_classes,
                           .max_resolution = max_res,
@@ -257,6 +393,15 @@ static int serve_rank0(tdl_params_t *params, int world, dit_model_t *m, serve_di
         lim.default_resolution = in;
 
     int rc = CLI_EXIT_FAILURE;
+    coord_t co;
+    memset(&co, 0, sizeof(co));
+    int admit_max = TDL_MAX(16, 4 * (world - 1));
+    char policy_buf[32];
+    const char *policy_name = tdl_param_str(params, "policy");
+    if (!policy_name) {
+        snprintf(policy_buf, sizeof(policy_buf), "static_sp%d", sp);
+        policy_name = policy_buf;
+    }
     serve_queue_t *q = NULL;
     serve_http_t *http = NULL;
     trace_run_t tr;
@@ -271,6 +416,27 @@ static int serve_rank0(tdl_params_t *params, int world, dit_model_t *m, serve_di
     if (st != TDL_OK) {
         fprintf(stderr, "tidal: serve: %s\n", tdl_error_get());
         goto out;
+    }
+    co.d = d, co.q = q, co.cfg_parallel = cfg_par;
+    if (d) {
+        const char *cpath = tdl_param_str(params, "cost");
+        if (cpath)
+            st = cost_model_load(cpath, &co.cost);
+        else
+            cost_model_default(&co.cost);
+        coord_trim_cost(&co.cost, c, world - 1);
+        const char *log_path = tdl_param_str(params, "request-log");
+        if (st == TDL_OK && log_path && !(co.log = fopen(log_path, "w")))
+            st = tdl_error_raise(TDL_ERR_IO, "--request-log %s: %s", log_path, strerror(errno));
+        sched_config_t sc = {.ranks = world - 1, .chunk = chunk, .max_degree = SERVE_MAX_DEGREE,
+                             .cost = &co.cost, .policy = policy_find(policy_name),
+                             .start = coord_start, .user = &co};
+        if (st == TDL_OK)
+            st = sched_create(&sc, &co.sched);
+        if (st != TDL_OK) {
+            fprintf(stderr, "tidal: serve: %s\n", tdl_error_get());
+            goto out;
+        }
     }
     /* alone, rank 0 coordinates and serves; under mpirun the others execute */
     int ranks[SERVE_ROLE_COUNT] = {[SERVE_ROLE_COORDINATOR] = 1,
@@ -312,6 +478,7 @@ static int serve_rank0(tdl_params_t *params, int world, dit_model_t *m, serve_di
 
     tr.queue = q;
     tr.t0 = tdl_clock_s();
+    co.t0 = tr.t0;
     if (trace_path) {
         if (pthread_create(&tr.thread, NULL, trace_main, &tr) != 0) {
             fprintf(stderr, "tidal: serve: cannot start the trace thread\n");
@@ -333,21 +500,25 @@ static int serve_rank0(tdl_params_t *params, int world, dit_model_t *m, serve_di
             if (st == TDL_OK)
                 run_job(m, q, job);
         } else {
-            collect(d, q);
-            if (serve_dispatcher_idle(d) >= sp) {
-                st = serve_queue_pop(q, 5, &job);
-                if (st == TDL_OK) {
-                    serve_traj_spec_t spec;
-                    spec_of(serve_job_params(job), next_id++, &spec);
-                    if (serve_dispatch(d, &spec, sp, chunk, cfg_par, job) != TDL_OK) {
-                        char why[SERVE_ERROR_MAX];
-                        snprintf(why, sizeof(why), "cannot place it: %s", tdl_error_get());
-                        serve_job_fail(q, job, why);
-                    }
-                }
-            } else {
-                usleep(1000);
+            int got = 0, admitted = 0;
+            st = coord_collect(&co, &got);
+            /* the policy sees up to a few requests per executor; the rest wait in the queue,
+             * which answers 503 when it is full */
+            while (st == TDL_OK && sched_live(co.sched) < admit_max &&
+                   serve_queue_pop(q, 0, &job) == TDL_OK) {
+                st = coord_arrive(&co, job);
+                admitted++;
             }
+            if (st == TDL_OK && sched_live(co.sched) > 0 && sched_running(co.sched) == 0)
+                st = tdl_error_raise(TDL_ERR_INTERNAL, "policy %s leaves %d requests waiting with "
+                                     "every executor idle", sched_policy_name(co.sched),
+                                     sched_live(co.sched));
+            if (st != TDL_OK) {
+                fprintf(stderr, "tidal: serve: %s\n", tdl_error_get());
+                goto out;
+            }
+            if (!got && !admitted)
+                usleep(300);
         }
         double now = tdl_clock_s();
         /* the replay's end first: the counts read after it include its last request */
@@ -402,11 +573,35 @@ out:
             print_latency("http", q, SERVE_SOURCE_HTTP, &s.by_source[SERVE_SOURCE_HTTP], elapsed);
         fflush(stdout);
     }
-    if (d) /* the requests in flight finish before the executors stop */
-        while (serve_dispatcher_idle(d) < world - 1) {
-            collect(d, q);
-            usleep(1000);
+    /* the requests the scheduler took finish before the executors stop */
+    while (co.sched && rc == CLI_EXIT_OK && sched_live(co.sched) > 0) {
+        int got = 0;
+        if ((st = coord_collect(&co, &got)) != TDL_OK) {
+            fprintf(stderr, "tidal: serve: %s\n", tdl_error_get());
+            rc = CLI_EXIT_FAILURE;
         }
+        if (!got)
+            usleep(300);
+    }
+    /* and what is still in flight after a failure */
+    while (d && serve_dispatcher_inflight(d) > 0) {
+        serve_inflight_t fin[SERVE_MAX_DEGREE * 4];
+        int got = serve_dispatcher_poll(d, fin, (int)TDL_ARRAY_SIZE(fin));
+        for (int i = 0; i < got; i++)
+            free(fin[i].png);
+        if (!got)
+            usleep(300);
+    }
+    if (co.sched) {
+        sched_stats_t k;
+        sched_get_stats(co.sched, &k);
+        printf("tidal serve: policy %s: %ld tasks, %ld moves of state\n",
+               sched_policy_name(co.sched), k.tasks, k.migrations);
+    }
+    sched_free(co.sched);
+    free(co.reqs);
+    if (co.log)
+        fclose(co.log);
     serve_queue_destroy(q);
     serve_trace_free(&tr.trace);
     return rc;
@@ -430,6 +625,17 @@ static int serve_run(tdl_params_t *params, int npos, char **pos)
         return cli_usage_error("--listen '%s': use HOST:PORT (127.0.0.1:8000)", listen);
     if (tdl_param_bool(params, "exit-after-trace") && !tdl_param_str(params, "trace"))
         return cli_usage_error("--exit-after-trace needs --trace FILE");
+    const char *pname = tdl_param_str(params, "policy");
+    if (pname && !policy_find(pname))
+        return cli_usage_error("unknown --policy '%s': use one of %s", pname, policy_names());
+    int sp = (int)tdl_param_int(params, "sp");
+    if (!pname && sp != 1 && sp != 2 && sp != 4 && sp != 8)
+        return cli_usage_error("--sp %d: use 1, 2, 4 or 8 (or a dynamic --policy)", sp);
+    if (tdl_param_str(params, "cost")) {
+        cost_model_t cm;
+        if (cost_model_load(tdl_param_str(params, "cost"), &cm) != TDL_OK)
+            return cli_usage_error("--cost: %s", tdl_error_get());
+    }
 
     tdl_boot_info_t me;
     tdl_status_t st = tdl_boot_init(NULL, NULL, &me);
@@ -454,13 +660,26 @@ static int serve_run(tdl_params_t *params, int npos, char **pos)
         rc = CLI_EXIT_FAILURE;
     }
     if (me.size > 1) {
+        /* a static degree must fit the executors and divide the heads and the width */
         int sp = (int)tdl_param_int(params, "sp");
-        if (rc == CLI_EXIT_OK && sp > me.size - 1) {
-            if (me.rank == 0)
-                fprintf(stderr, "tidal: serve: --sp %d needs %d executor ranks; this job has %d "
-                                "(mpirun -np %d)\n",
-                        sp, sp, me.size - 1, sp + 1);
-            rc = CLI_EXIT_USAGE;
+        const char *pname = tdl_param_str(params, "policy");
+        if (pname && !strncmp(pname, "static_sp", 9))
+            sp = atoi(pname + 9);
+        if (rc == CLI_EXIT_OK && (!pname || !strncmp(pname, "static_sp", 9))) {
+            const dit_config_t *mc = &m->config;
+            if (sp > me.size - 1) {
+                if (me.rank == 0)
+                    fprintf(stderr, "tidal: serve: degree %d needs %d executor ranks; this job "
+                                    "has %d (mpirun -np %d)\n",
+                            sp, sp, me.size - 1, sp + 1);
+                rc = CLI_EXIT_USAGE;
+            } else if (mc->num_heads % sp || mc->hidden_size % sp) {
+                if (me.rank == 0)
+                    fprintf(stderr, "tidal: serve: degree %d does not divide the model's %d heads "
+                                    "and width %d\n",
+                            sp, mc->num_heads, mc->hidden_size);
+                rc = CLI_EXIT_USAGE;
+            }
         }
         gfc_runtime_config_t gc;
         if ((st = gfc_runtime_config_from_params(params, &gc)) == TDL_OK) {
@@ -483,8 +702,12 @@ static int serve_run(tdl_params_t *params, int npos, char **pos)
     if (me.rank == 0) {
         if (rc == CLI_EXIT_OK) {
             if (d)
-                printf("tidal serve: rank 0 coordinates, ranks 1..%d execute, %lld per request\n",
-                       me.size - 1, (long long)tdl_param_int(params, "sp"));
+                printf("tidal serve: rank 0 coordinates, ranks 1..%d execute; policy %s, %lld "
+                       "steps per task\n",
+                       me.size - 1,
+                       tdl_param_str(params, "policy") ? tdl_param_str(params, "policy")
+                                                       : "static (--sp)",
+                       (long long)tdl_param_int(params, "chunk"));
             rc = serve_rank0(params, me.size, m, d);
         }
         if (d) { /* whatever happened, the executors are told to leave */

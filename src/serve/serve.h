@@ -141,40 +141,57 @@ tdl_status_t serve_reshard(gfc_runtime_t *rt, int me, const int *a, int na, cons
 tdl_status_t serve_traj_migrate(gfc_runtime_t *rt, int me, const int *a, int na, const int *b,
                                 int nb, uint64_t ns, serve_traj_t *t);
 
-/* ==== placing requests on executor ranks (src/serve/dispatch.c) =============================== */
+/* ==== running tasks on executor ranks (src/serve/dispatch.c) ================================= */
 
 #define SERVE_MAX_DEGREE 8
 
-/* Ranks 1 .. N-1: receive requests from rank 0 and run them on the group named with each (the
- * first member decodes and sends the PNG back) until rank 0 says stop. */
+/* Ranks 1 .. N-1: receive tasks from rank 0 and run them until rank 0 says stop. An executor
+ * keeps the state of every request whose last task ran on it; a task names the ranks that run
+ * it and the ranks that hold the state, and every rank of either takes part (the state moves
+ * over gfc when the two differ). The first rank of a task reports to rank 0: the PNG after
+ * DECODE, a status after the others. */
 tdl_status_t serve_executor_loop(gfc_runtime_t *rt, int me, const dit_model_t *model);
 
-/* A request placed and not yet answered, as rank 0 sees it. */
+/* One task to run, as rank 0 gives it. Ranks are world ranks (executors: 1 .. N-1). */
+typedef struct serve_task_cmd {
+    serve_task_kind_t kind; /* PREPARE, STEP_CHUNK or DECODE */
+    int steps;              /* of a STEP_CHUNK */
+    const int *ranks;       /* nranks ranks run it, sequence parallel when more than one */
+    int nranks;
+    const int *prev;        /* the ranks holding the state (the last task's); 0 for PREPARE */
+    int nprev;
+    bool move;              /* the state moves from prev to ranks first */
+    bool cfg_parallel;      /* guidance halves on the two halves of an even group */
+    uint64_t seq;           /* the task's number within its request: 0, 1, 2, ... */
+} serve_task_cmd_t;
+
+/* A task started and not yet reported, as rank 0 sees it. */
 typedef struct serve_inflight {
-    uint64_t id;
+    uint64_t id;             /* the request (spec.id) */
+    serve_task_kind_t kind;
     void *user;              /* the caller's handle */
     int degree, ranks[SERVE_MAX_DEGREE];
     int pair[2];             /* rank list of `back` */
     bool active;
     gfc_group_t back;
     gfc_request_t *req;
-    unsigned char *png;      /* the answer (the caller frees it once returned by poll) */
-    size_t png_len;          /* 0: the request failed */
-    tdl_status_t status;
+    int32_t ack;             /* the report of a task other than DECODE: 0 when it ran */
+    unsigned char *png;      /* DECODE's answer (the caller frees it once returned by poll) */
+    size_t png_len;
+    tdl_status_t status;     /* TDL_OK: the task ran (and, after DECODE, png_len > 0) */
 } serve_inflight_t;
 
 typedef struct serve_dispatcher serve_dispatcher_t;
 /* Rank 0's side for a world of `world` ranks (executors 1 .. world - 1). */
 tdl_status_t serve_dispatcher_create(gfc_runtime_t *rt, int world, serve_dispatcher_t **out);
-/* Executors with nothing to do. */
-int serve_dispatcher_idle(const serve_dispatcher_t *d);
-/* Runs a request on `degree` idle executors (sequence parallel when more than one; with
- * cfg_parallel the guidance halves on the two halves of an even group), `chunk` steps per task. */
-tdl_status_t serve_dispatch(serve_dispatcher_t *d, const serve_traj_spec_t *spec, int degree,
-                            int chunk, bool cfg_parallel, void *user);
-/* Finished requests into done[] (up to max); answers how many. Their executors are idle again. */
+/* Sends a task of the request `spec` to the ranks of cmd (and those of cmd->prev). */
+tdl_status_t serve_dispatch_task(serve_dispatcher_t *d, const serve_traj_spec_t *spec,
+                                 const serve_task_cmd_t *cmd, void *user);
+/* Tasks started and not yet reported. */
+int serve_dispatcher_inflight(const serve_dispatcher_t *d);
+/* Reported tasks into done[] (up to max); answers how many. */
 int serve_dispatcher_poll(serve_dispatcher_t *d, serve_inflight_t *done, int max);
-/* Tells every executor to leave serve_executor_loop. */
+/* Tells every executor to leave serve_executor_loop (after the tasks sent before). */
 tdl_status_t serve_dispatcher_stop(serve_dispatcher_t *d);
 void serve_dispatcher_free(serve_dispatcher_t *d);
 
