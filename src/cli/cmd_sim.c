@@ -1,6 +1,7 @@
 /* `tidal sim`: the coordinator's policies on a trace, in a discrete-event simulation. */
 #include "config.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,10 @@ static const tdl_param_def_t sim_params[] = {
     {"cost", TDL_PARAM_STRING, NULL,
      "cost model JSON (tidal profile; doc/scheduler.md); default: the built-in model", NULL, 1, 0},
     {"chunk", TDL_PARAM_INT, "5", "denoising steps per STEP_CHUNK task", NULL, 1, 1000},
+    {"request-log", TDL_PARAM_STRING, NULL,
+     "a JSON line per request (seq, arrival_s, finish_s, latency_s, ok), as tidal serve "
+     "--request-log writes",
+     NULL, 1, 0},
     {"format", TDL_PARAM_ENUM, "text", "text: one summary line; csv: a header and a row",
      "text|csv", 1, 0},
 };
@@ -55,8 +60,26 @@ static int sim_run_cmd(tdl_params_t *params, int npos, char **pos)
                         .policy = policy};
     sim_result_t r;
     double t0 = tdl_clock_s();
-    tdl_status_t st = sim_run(&cfg, reqs, n, &r, NULL);
+    double *finish = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+    tdl_status_t st = finish ? sim_run(&cfg, reqs, n, &r, finish)
+                             : tdl_error_raise(TDL_ERR_NOMEM, "sim: out of memory");
     double wall = tdl_clock_s() - t0;
+    const char *log_path = tdl_param_str(params, "request-log");
+    if (st == TDL_OK && log_path) {
+        FILE *f = fopen(log_path, "w");
+        if (!f)
+            st = tdl_error_raise(TDL_ERR_IO, "--request-log %s: %s", log_path, strerror(errno));
+        for (int i = 0; f && i < n; i++) {
+            double at = reqs[i].at_ms / 1000.0;
+            fprintf(f,
+                    "{\"seq\": %d, \"resolution\": %d, \"arrival_s\": %.6f, \"finish_s\": "
+                    "%.6f, \"latency_s\": %.6f, \"ok\": true}\n",
+                    i, reqs[i].resolution, at, finish[i], finish[i] - at);
+        }
+        if (f && fclose(f) != 0)
+            st = tdl_error_raise(TDL_ERR_IO, "--request-log %s: %s", log_path, strerror(errno));
+    }
+    free(finish);
     free(reqs);
     if (st != TDL_OK) {
         fprintf(stderr, "tidal: %s\n", tdl_error_get());
