@@ -291,6 +291,7 @@ static tdl_status_t coord_arrive(coord_t *c, serve_job_t *job)
     sched_request_t sr = {.resolution = r->spec.res,
                           .n = r->spec.n * (guided ? 2 : 1),
                           .steps = r->spec.steps,
+                          .step_evals = r->spec.sampler == DIT_SAMPLER_HEUN ? 2 : 1,
                           .deadline_s = p->deadline_ms > 0 ? now + p->deadline_ms / 1e3 : 0,
                           .priority = p->priority};
     c->nreqs++;

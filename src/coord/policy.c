@@ -83,7 +83,8 @@ double policy_remaining_s(const policy_view_t *v, const policy_request_t *r, int
                                policy_stage_degree(v, r, POLICY_TASK_PREPARE, want));
     if (r->next != POLICY_TASK_DECODE) {
         int d = policy_stage_degree(v, r, POLICY_TASK_STEP_CHUNK, want);
-        t += (double)(r->steps_total - r->steps_done) * im * cost_stage_s(c, COST_STEP, r->tokens, d);
+        t += (double)(r->steps_total - r->steps_done) * policy_step_evals(r) * im *
+             cost_stage_s(c, COST_STEP, r->tokens, d);
         if (r->steps_done > 0 && r->last_degree && d != r->last_degree)
             t += cost_migration_s(c, r->tokens, r->n);
     }
@@ -92,7 +93,7 @@ double policy_remaining_s(const policy_view_t *v, const policy_request_t *r, int
     return t;
 }
 
-double policy_single_rank_s(const cost_model_t *c, int resolution, int n, int steps)
+double policy_single_rank_s(const cost_model_t *c, int resolution, int n, double steps)
 {
     int tok = cost_tokens(c, resolution);
     return images(c, n) * (cost_stage_s(c, COST_PREPARE, tok, 1) +

@@ -35,6 +35,7 @@ typedef struct policy_request {
     int priority;           /* higher first */
     policy_class_t cls;     /* from the resolution: 32 S, 64 M, 128 L */
     int last_degree;        /* degree of the last task placed; 0 before the first */
+    double step_evals;      /* model evaluations per step: 1 Euler, 2 Heun (0 reads as 1) */
     bool running;           /* a task of it is running on ranks[] */
     const int *ranks;       /* the ranks of the running task, else of the last one (state) */
     int nranks;
@@ -110,7 +111,13 @@ int policy_stage_degree(const policy_view_t *v, const policy_request_t *r, polic
 /* Seconds to finish r from its next task on if every remaining task ran at degree `want`
  * (clamped per stage as above), a migration included when the chunk degree changes. */
 double policy_remaining_s(const policy_view_t *v, const policy_request_t *r, int want);
-/* Seconds the whole request takes on one rank: the size the workload's deadlines scale. */
-double policy_single_rank_s(const cost_model_t *cost, int resolution, int n, int steps);
+/* Seconds the whole request takes on one rank: the size the workload's deadlines scale. evals:
+ * model evaluations of its denoising (steps x 2 for Heun). */
+double policy_single_rank_s(const cost_model_t *cost, int resolution, int n, double evals);
+/* Model evaluations per step of r (1 when it does not say). */
+static inline double policy_step_evals(const policy_request_t *r)
+{
+    return r->step_evals > 0 ? r->step_evals : 1;
+}
 
 #endif /* TIDAL_COORD_POLICY_H */

@@ -89,7 +89,8 @@ static tdl_status_t start(sched_t *s, const policy_placement_t *p)
             move = r->ranks[i] != p->ranks[0];
     }
     double im = cost->per_image ? r->n : 1;
-    double dur = im * cost_stage_s(cost, stage, r->tokens, p->degree) * (chunk ? p->steps : 1);
+    double dur = im * cost_stage_s(cost, stage, r->tokens, p->degree) *
+                 (chunk ? p->steps * policy_step_evals(r) : 1);
     if (move) {
         double m = cost_migration_s(cost, r->tokens, r->n);
         dur += m;
@@ -185,6 +186,7 @@ tdl_status_t sched_arrive(sched_t *s, double now, const sched_request_t *q, uint
     r->tokens = cost_tokens(s->cfg.cost, q->resolution);
     r->n = q->n;
     r->steps_total = q->steps;
+    r->step_evals = q->step_evals > 0 ? q->step_evals : 1;
     r->next = POLICY_TASK_PREPARE;
     r->arrival_s = now;
     r->deadline_s = q->deadline_s;

@@ -43,6 +43,7 @@ typedef struct sched_config {
 /* A request as it arrives. */
 typedef struct sched_request {
     int resolution, n, steps; /* n: images, guidance's doubled batch included */
+    double step_evals;        /* model evaluations per step: 1 Euler, 2 Heun (0: 1) */
     double deadline_s;        /* absolute, on the caller's clock; 0: none */
     int priority;
 } sched_request_t;

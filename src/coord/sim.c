@@ -170,6 +170,7 @@ tdl_status_t sim_run(const sim_config_t *cfg, const workload_request_t *reqs, in
                 .resolution = q->resolution,
                 .n = q->n * (q->label >= 0 && q->cfg != 1.0 ? 2 : 1),
                 .steps = q->steps,
+                .step_evals = workload_step_evals(q),
                 .deadline_s = q->deadline_ms > 0 ? ta + q->deadline_ms / 1000.0 : 0,
                 .priority = q->priority};
             st = sched_arrive(s.sched, ta, &r, NULL);

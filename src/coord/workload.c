@@ -42,7 +42,8 @@ double workload_capacity_rps(const workload_config_t *c, const cost_model_t *cos
 {
     double mean = 0, tot = mix_total(c);
     for (int k = 0; k < POLICY_NCLASSES; k++)
-        mean += c->mix[k] / tot * policy_single_rank_s(cost, class_resolution[k], 1, c->steps[k]);
+        mean += c->mix[k] / tot * policy_single_rank_s(cost, class_resolution[k], 1,
+                                                       2.0 * c->steps[k] /* Heun */);
     return mean > 0 ? c->ranks / mean : 0;
 }
 
@@ -111,6 +112,7 @@ tdl_status_t workload_generate(const workload_config_t *c, const cost_model_t *c
             }
         }
         workload_request_t *q = &r[n++];
+        *q = (workload_request_t){.euler = 0}; /* Heun, as tidal serve samples by default */
         q->at_ms = (int64_t)llround(t * 1000);
         q->label = c->labels > 0 ? (int)tdl_rng_below(&rng, (uint64_t)c->labels) : -1;
         q->n = 1;
@@ -119,7 +121,8 @@ tdl_status_t workload_generate(const workload_config_t *c, const cost_model_t *c
         q->cfg = 1.0;
         q->seed = tdl_rng_u64(&rng) >> 11; /* within 2^53: exact as a JSON number */
         q->priority = c->priority[k];
-        double t1 = policy_single_rank_s(cost, q->resolution, q->n, q->steps);
+        double t1 = policy_single_rank_s(cost, q->resolution, q->n,
+                                         (double)q->steps * workload_step_evals(q));
         q->deadline_ms = c->alpha[k] > 0 ? (int64_t)ceil(c->alpha[k] * t1 * 1000) : 0;
         if (q->deadline_ms > 86400000)
             q->deadline_ms = 86400000;
@@ -139,9 +142,10 @@ tdl_status_t workload_write(const char *path, const workload_request_t *r, int n
     for (int i = 0; i < n; i++)
         fprintf(f,
                 "{\"at_ms\": %lld, \"label\": %d, \"n\": %d, \"resolution\": %d, \"steps\": %d, "
-                "\"cfg\": %g, \"seed\": %llu, \"priority\": %d, \"deadline_ms\": %lld}\n",
+                "\"cfg\": %g, \"seed\": %llu, \"priority\": %d, \"deadline_ms\": %lld%s}\n",
                 (long long)r[i].at_ms, r[i].label, r[i].n, r[i].resolution, r[i].steps, r[i].cfg,
-                (unsigned long long)r[i].seed, r[i].priority, (long long)r[i].deadline_ms);
+                (unsigned long long)r[i].seed, r[i].priority, (long long)r[i].deadline_ms,
+                r[i].euler ? ", \"sampler\": \"euler\"" : "");
     int bad = ferror(f);
     if (std)
         bad |= fflush(f);
@@ -272,9 +276,22 @@ tdl_status_t workload_read(const char *path, workload_request_t **reqs_out, int 
                 goto out;
             }
         }
+        int euler = 0;
+        if ((v = json_object_get(o, "sampler")) && !json_is_null(v)) {
+            const char *sv = json_is_string(v) ? json_string_value(v) : "";
+            if (strcmp(sv, "euler") && strcmp(sv, "heun")) {
+                st = tdl_error_raise(TDL_ERR_INVALID_ARG, "%s:%d: field 'sampler': must be "
+                                     "\"euler\" or \"heun\"", path, line);
+                json_decref(o);
+                goto out;
+            }
+            euler = !strcmp(sv, "euler");
+        }
         json_decref(o);
-        r[n] = (workload_request_t){at, (int)label, (int)nimg, (int)res, (int)steps, cfg,
-                                    (uint64_t)n, (int)prio, dl};
+        r[n] = (workload_request_t){.at_ms = at, .label = (int)label, .n = (int)nimg,
+                                    .resolution = (int)res, .steps = (int)steps, .cfg = cfg,
+                                    .seed = (uint64_t)n, .priority = (int)prio, .euler = euler,
+                                    .deadline_ms = dl};
         seeds[n] = (uint64_t)seed;
         n++;
     }

@@ -17,8 +17,16 @@ typedef struct workload_request {
     double cfg;
     uint64_t seed;
     int priority;
+    int euler;           /* 1: "sampler": "euler" (one model evaluation a step); 0: Heun (two),
+                          * as tidal serve does by default */
     int64_t deadline_ms; /* from arrival; 0: none */
 } workload_request_t;
+
+/* Model evaluations per denoising step of a request. */
+static inline int workload_step_evals(const workload_request_t *q)
+{
+    return q->euler ? 1 : 2;
+}
 
 #define WORKLOAD_MAX_PHASES 32
 

@@ -34,6 +34,7 @@ static workload_request_t wreq(int64_t at_ms, int steps, int prio, int64_t deadl
 {
     return (workload_request_t){.at_ms = at_ms, .label = -1, .n = 1, .resolution = 32,
                                 .steps = steps, .cfg = 1, .seed = 1, .priority = prio,
+                                .euler = 1, /* the timelines count one evaluation a step */
                                 .deadline_ms = deadline_ms};
 }
 
@@ -50,6 +51,11 @@ static void test_static_timelines(void)
     is_near(fin[1], 0.103, 1e-12, "static_sp1: request 1 beside it, the same");
     is_int(r.migrations, 0, "no migration");
     is_near(r.utilization, 1.0, 1e-9, "both ranks busy all the time");
+    /* Heun (the default): two model evaluations a step, so 1 + 10x10x2 + 2 ms */
+    rs[0].euler = rs[1].euler = 0;
+    ok(sim_run(&c, rs, 2, &r, fin) == TDL_OK, "static_sp1 runs Heun requests");
+    is_near(fin[0], 0.203, 1e-12, "static_sp1, Heun: 1 + 10x10x2 + 2 ms");
+    rs[0].euler = rs[1].euler = 1;
     /* static_sp2: a task waits for 2 free ranks, even PREPARE and DECODE, which run on the
      * first of them. Request 0: PREPARE (0.001), chunks on both ranks (0.031, 0.061), DECODE
      * (0.063); request 1 waits that long, then PREPARE (0.064), chunks (0.094, 0.124), DECODE
@@ -163,7 +169,7 @@ static void test_trace(void)
     ok(workload_write(path, rs, n) == TDL_OK, "written");
     ok(workload_read(path, &back, &nb) == TDL_OK && nb == n, "read back: %s", tdl_error_get());
     ok(nb == n && !memcmp(rs, back, (size_t)n * sizeof(*rs)), "identical after the round trip");
-    double t1 = policy_single_rank_s(&m, 128, 1, 50);
+    double t1 = policy_single_rank_s(&m, 128, 1, 2 * 50); /* Heun: two evaluations a step */
     int okd = 1;
     for (int i = 0; i < n; i++)
         if (rs[i].resolution == 128)
