@@ -152,6 +152,14 @@ void train_trainer_free(train_trainer_t *tr);
  * is not finite is skipped (skipped_out = true) and reported, never applied. */
 tdl_status_t train_trainer_step(train_trainer_t *tr, gfc_group_t *group, double *loss_out,
                                 bool *skipped_out);
+/* Elastic membership, at a step boundary: every member of group calls it, and afterwards each
+ * holds member root's (a group index) training state: weights, EMA weights, AdamW moments and
+ * step, the step counter, the data cursor and the loss history, so a joining rank continues the
+ * run where the group stands. An error-feedback residual stays per rank: a member whose step
+ * differed from root's (a joiner) starts from zeros, the others keep theirs. A member with
+ * another model or run (seed, batch, data, hyperparameters, codec) is TDL_ERR_MISMATCH on every
+ * member before any array moves; a transfer that fails later leaves the receivers to sync again. */
+tdl_status_t train_trainer_sync(train_trainer_t *tr, gfc_group_t *group, int root);
 int64_t train_trainer_steps_done(const train_trainer_t *tr);
 float train_trainer_lr(const train_trainer_t *tr);
 dit_model_t *train_trainer_model(train_trainer_t *tr);

@@ -328,6 +328,104 @@ const float *train_trainer_ema(const train_trainer_t *tr)
     return tr->ema;
 }
 
+/* ---- elastic membership: a rank joins by taking a member's state over gfc ----------------- */
+
+static uint64_t sync_hash(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull; /* FNV-1a */
+    return h;
+}
+
+/* Sent first, so a member that could not take the state finds out before any array moves. */
+typedef struct trainer_sync_hdr {
+    char model[32];
+    uint64_t num_params;
+    uint64_t run; /* hash of the settings train_trainer_step reads */
+    int64_t step, loss_count;
+    uint64_t adamw_step, epoch, pos;
+} trainer_sync_hdr_t;
+
+static void trainer_sync_header(const train_trainer_t *tr, trainer_sync_hdr_t *h)
+{
+    const train_opts_t *o = &tr->opts;
+    const dit_config_t *c = &tr->model->config;
+    memset(h, 0, sizeof(*h));
+    snprintf(h->model, sizeof(h->model), "%s", c->name);
+    h->num_params = tr->model->num_params;
+    /* micro_batch is left out: it only changes the order of a member's own sums. */
+    const int64_t ints[] = {c->patch_size,  c->in_channels,      c->hidden_size,  c->depth,
+                            c->num_heads,   c->num_classes,      tr->resolution,  o->batch,
+                            o->warmup,      o->allreduce_round,  o->allreduce_ef, (int64_t)o->seed,
+                            (int64_t)tr->sampler.n};
+    const double reals[] = {
+        c->mlp_ratio, c->class_dropout_prob, o->lr,         o->weight_decay, o->clip,
+        o->ema_decay, o->allreduce_bits,     tr->opt.beta1, tr->opt.beta2,   tr->opt.eps};
+    const char *codec = tr->codec ? o->allreduce : "f32";
+    uint64_t run = sync_hash(0xcbf29ce484222325ull, ints, sizeof(ints));
+    run = sync_hash(run, reals, sizeof(reals));
+    h->run = sync_hash(run, codec, strlen(codec));
+    h->step = tr->step, h->loss_count = tr->loss_count, h->adamw_step = tr->opt.step;
+    train_sampler_cursor(&tr->sampler, &h->epoch, &h->pos);
+}
+
+tdl_status_t train_trainer_sync(train_trainer_t *tr, gfc_group_t *group, int root)
+{
+    if (root < 0 || root >= group->size)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                               "trainer sync: root %d is not a member of a group of %d", root,
+                               group->size);
+    if (group->size == 1)
+        return TDL_OK;
+    trainer_sync_hdr_t mine, hdr;
+    trainer_sync_header(tr, &mine);
+    hdr = mine;
+    tdl_status_t st = gfc_bcast(group, &hdr, sizeof(hdr), GFC_DT_BYTE, root);
+    if (st != TDL_OK)
+        return st;
+    /* Every member learns whether any other differs, so all fail together rather than some
+     * waiting for arrays that never come. */
+    int32_t bad = hdr.num_params != mine.num_params || strcmp(hdr.model, mine.model) != 0 ||
+                  hdr.run != mine.run,
+            any;
+    if ((st = gfc_allreduce(group, &bad, &any, 1, GFC_DT_I32, GFC_OP_MAX, NULL)) != TDL_OK)
+        return st;
+    int rank = group->ranks[group->me], from = group->ranks[root];
+    if (bad)
+        return tdl_error_raise(TDL_ERR_MISMATCH,
+                               "rank %d cannot take the training state of rank %d: it trains %s "
+                               "with %llu parameters, rank %d %s with %llu%s",
+                               rank, from, mine.model, (unsigned long long)mine.num_params, from,
+                               hdr.model, (unsigned long long)hdr.num_params,
+                               hdr.num_params == mine.num_params && !strcmp(hdr.model, mine.model)
+                                   ? " but with another seed, batch, data set, hyperparameters "
+                                     "or codec"
+                                   : "");
+    if (any)
+        return tdl_error_raise(TDL_ERR_MISMATCH,
+                               "rank %d: another member of the group trains another model or run "
+                               "than rank %d; no state was copied",
+                               rank, from);
+    dit_model_t *m = tr->model;
+    float *const arrays[] = {m->params, tr->ema, tr->opt.m, tr->opt.v, &tr->loss_hist[0][0]};
+    const size_t counts[] = {m->num_params, m->num_params, m->num_params, m->num_params,
+                             2 * TRAIN_LOSS_HISTORY};
+    for (size_t i = 0; i < TDL_ARRAY_SIZE(arrays); i++)
+        if ((st = gfc_bcast(group, arrays[i], counts[i], GFC_DT_F32, root)) != TDL_OK)
+            return st;
+    if ((st = train_sampler_seek(&tr->sampler, hdr.epoch, hdr.pos)) != TDL_OK)
+        return st;
+    /* A residual is its rank's unsent share of past gradients: a member that was not training
+     * beside root until now (a joiner, or one coming back) holds no share of this run's. */
+    size_t nr;
+    float *res = tr->codec ? train_codec_residual(tr->codec, &nr) : NULL;
+    if (res && mine.step != hdr.step)
+        memset(res, 0, nr * sizeof(float));
+    tr->step = hdr.step, tr->loss_count = hdr.loss_count, tr->opt.step = hdr.adamw_step;
+    return TDL_OK;
+}
+
 /* ---- checkpoints: everything a run needs to continue bit for bit -------------------------- */
 
 #include <dirent.h>
