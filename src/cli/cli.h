@@ -17,6 +17,8 @@ typedef struct cli_command {
     const char *usage;             /* "tidal info [options]" */
     const tdl_param_def_t *params; /* this command's own parameters */
     size_t nparams;
+    const tdl_param_def_t *params2; /* and those it shares with another command (or NULL) */
+    size_t nparams2;
     /* Runs with the registry filled in; positional arguments follow the command name. */
     int (*run)(tdl_params_t *params, int npos, char **pos);
 } cli_command_t;
@@ -29,6 +31,10 @@ extern const cli_command_t cli_cmd_serve;
 extern const cli_command_t cli_cmd_sim;
 extern const cli_command_t cli_cmd_workload;
 extern const cli_command_t cli_cmd_profile;
+extern const cli_command_t cli_cmd_run;
+/* tidal serve's parameters, which tidal run takes too */
+#define CLI_SERVE_NPARAMS 24
+extern const tdl_param_def_t cli_serve_params[CLI_SERVE_NPARAMS];
 
 /* Prints "tidal: <message>" and returns CLI_EXIT_USAGE. */
 int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

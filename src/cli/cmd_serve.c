@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/serve_run.h"
 #include "coord/cost.h"
 #include "coord/policy.h"
 #include "coord/sched.h"
@@ -24,7 +25,7 @@
 #include "serve/serve.h"
 #include "train/train.h"
 
-static const tdl_param_def_t serve_params[] = {
+const tdl_param_def_t cli_serve_params[CLI_SERVE_NPARAMS] = {
     {"ckpt", TDL_PARAM_STRING, NULL, "weights file written by tidal train (HDF5)", NULL, 1, 0},
     {"weights", TDL_PARAM_ENUM, "ema", "which weights of the file", "ema|model", 1, 0},
     {"listen", TDL_PARAM_STRING, "127.0.0.1:8000",
@@ -212,24 +213,8 @@ static void spec_of(const serve_request_params_t *p, uint64_t id, serve_traj_spe
 
 /* ---- the coordinator: a policy places every task, the executors run it --------------------- */
 
-typedef struct coord_req {
-    serve_job_t *job;
-    serve_traj_spec_t spec;
-    uint64_t next_seq; /* tasks sent */
-    double arrival_s;
-} coord_req_t;
-
-typedef struct coord {
-    serve_dispatcher_t *d;
-    serve_queue_t *q;
-    sched_t *sched;
-    cost_model_t cost;
-    coord_req_t *reqs; /* by the scheduler's request number */
-    size_t nreqs, cap;
-    bool cfg_parallel;
-    double t0;
-    FILE *log;
-} coord_t;
+typedef serve_coord_t coord_t;
+typedef serve_coord_req_t coord_req_t;
 
 static tdl_status_t coord_start(void *user, const sched_task_t *t)
 {
@@ -334,6 +319,16 @@ static tdl_status_t coord_collect(coord_t *c, int *nout)
     return st;
 }
 
+double serve_coord_backlog_s(const serve_coord_t *c, int waiting)
+{
+    int live = sched_live(c->sched);
+    double now = tdl_clock_s() - c->t0, sum = sched_backlog_s(c->sched, now, NULL);
+    /* a request still in the queue counts as the average live one, or a small one */
+    double each = live ? sum / live
+                       : policy_single_rank_s(&c->cost, 32, 1, 2.0 * 20 /* 20 Heun steps */);
+    return sum + waiting * each;
+}
+
 /* The policy's degrees this model and job can run: they divide the heads and the width, and
  * fit the executors. */
 static void coord_trim_cost(cost_model_t *cost, const dit_config_t *m, int executors)
@@ -369,7 +364,8 @@ static void print_latency(const char *what, serve_queue_t *q, serve_source_t src
     free(lat);
 }
 
-static int serve_rank0(tdl_params_t *params, int world, dit_model_t *m, serve_dispatcher_t *d)
+static int serve_rank0(tdl_params_t *params, int world, dit_model_t *m, serve_dispatcher_t *d,
+                       const serve_hooks_t *hooks)
 {
     const char *ckpt = tdl_param_str(params, "ckpt");
     const char *listen = tdl_param_str(params, "listen");
@@ -434,6 +430,8 @@ static int serve_rank0(tdl_params_t *params, int world, dit_model_t *m, serve_di
                              .start = coord_start, .user = &co};
         if (st == TDL_OK)
             st = sched_create(&sc, &co.sched);
+        if (st == TDL_OK && hooks && hooks->start)
+            st = hooks->start(hooks->user, &co, world);
         if (st != TDL_OK) {
             fprintf(stderr, "tidal: serve: %s\n", tdl_error_get());
             goto out;
@@ -460,7 +458,8 @@ static int serve_rank0(tdl_params_t *params, int world, dit_model_t *m, serve_di
     }
     printf("tidal serve: %s (%zu parameters, %d classes) from %s (%s weights), up to %dx%d, "
            "queue of %lld\n",
-           c->name, m->num_params, c->num_classes, ckpt, tdl_param_str(params, "weights"), max_res,
+           c->name, m->num_params, c->num_classes, ckpt ? ckpt : "the training run",
+           tdl_param_str(params, "weights"), max_res,
            max_res, (long long)tdl_param_int(params, "queue-max"));
     if (http) {
         /* the address as bound: the port chosen when it said 0 */
@@ -510,7 +509,10 @@ static int serve_rank0(tdl_params_t *params, int world, dit_model_t *m, serve_di
                 st = coord_arrive(&co, job);
                 admitted++;
             }
-            if (st == TDL_OK && sched_live(co.sched) > 0 && sched_running(co.sched) == 0)
+            if (st == TDL_OK && hooks && hooks->tick)
+                st = hooks->tick(hooks->user, &co, tdl_clock_s() - co.t0);
+            if (st == TDL_OK && !hooks && sched_live(co.sched) > 0 &&
+                sched_running(co.sched) == 0)
                 st = tdl_error_raise(TDL_ERR_INTERNAL, "policy %s leaves %d requests waiting with "
                                      "every executor idle", sched_policy_name(co.sched),
                                      sched_live(co.sched));
@@ -547,7 +549,8 @@ static int serve_rank0(tdl_params_t *params, int world, dit_model_t *m, serve_di
             break;
         }
         const serve_counts_t *k = &s.by_source[SERVE_SOURCE_TRACE];
-        if (exit_after_trace && trace_over && k->done + k->failed >= k->submitted) {
+        if (exit_after_trace && trace_over && k->done + k->failed >= k->submitted &&
+            (!hooks || !hooks->done || hooks->done(hooks->user))) {
             why = "the trace is done";
             break;
         }
@@ -577,7 +580,9 @@ out:
     /* the requests the scheduler took finish before the executors stop */
     while (co.sched && rc == CLI_EXIT_OK && sched_live(co.sched) > 0) {
         int got = 0;
-        if ((st = coord_collect(&co, &got)) != TDL_OK) {
+        if ((st = coord_collect(&co, &got)) == TDL_OK && hooks && hooks->tick)
+            st = hooks->tick(hooks->user, &co, tdl_clock_s() - co.t0);
+        if (st != TDL_OK) {
             fprintf(stderr, "tidal: serve: %s\n", tdl_error_get());
             rc = CLI_EXIT_FAILURE;
         }
@@ -598,6 +603,8 @@ out:
         sched_get_stats(co.sched, &k);
         printf("tidal serve: policy %s: %ld tasks, %ld moves of state\n",
                sched_policy_name(co.sched), k.tasks, k.migrations);
+        if (hooks && hooks->finish)
+            hooks->finish(hooks->user, &co);
     }
     sched_free(co.sched);
     free(co.reqs);
@@ -612,7 +619,12 @@ static int serve_run(tdl_params_t *params, int npos, char **pos)
 {
     if (npos > 0)
         return cli_usage_error("'tidal serve' takes no arguments, found '%s'", pos[0]);
-    if (!tdl_param_str(params, "ckpt"))
+    return serve_main(params, "serve", NULL);
+}
+
+int serve_main(tdl_params_t *params, const char *what, const serve_hooks_t *hooks)
+{
+    if (!(hooks && hooks->model) && !tdl_param_str(params, "ckpt"))
         return cli_usage_error("'tidal serve' needs --ckpt FILE (a weights file from tidal "
                                "train)");
     int max_res = (int)tdl_param_int(params, "max-resolution");
@@ -654,10 +666,13 @@ static int serve_run(tdl_params_t *params, int npos, char **pos)
     dit_model_t *m = NULL;
     gfc_runtime_t *rt = NULL;
     serve_dispatcher_t *d = NULL;
-    st = train_weights_load(tdl_param_str(params, "ckpt"), tdl_param_str(params, "weights"),
-                            (int)tdl_param_int(params, "max-batch"), max_res, &m);
+    if (hooks && hooks->model)
+        st = hooks->model(hooks->user, params, me.rank, &m);
+    else
+        st = train_weights_load(tdl_param_str(params, "ckpt"), tdl_param_str(params, "weights"),
+                                (int)tdl_param_int(params, "max-batch"), max_res, &m);
     if (st != TDL_OK) {
-        fprintf(stderr, "tidal[%d]: serve: %s\n", me.rank, tdl_error_get());
+        fprintf(stderr, "tidal[%d]: %s: %s\n", me.rank, what, tdl_error_get());
         rc = CLI_EXIT_FAILURE;
     }
     if (me.size > 1) {
@@ -709,7 +724,7 @@ static int serve_run(tdl_params_t *params, int npos, char **pos)
                        tdl_param_str(params, "policy") ? tdl_param_str(params, "policy")
                                                        : "static (--sp)",
                        (long long)tdl_param_int(params, "chunk"));
-            rc = serve_rank0(params, me.size, m, d);
+            rc = serve_rank0(params, me.size, m, d, hooks);
         }
         if (d) { /* whatever happened, the executors are told to leave */
             serve_dispatcher_stop(d);
@@ -717,8 +732,10 @@ static int serve_run(tdl_params_t *params, int npos, char **pos)
         }
     } else if (rc == CLI_EXIT_OK && rt) {
         /* an executor: requests from rank 0 until it says stop; a signal here changes nothing */
-        if ((st = serve_executor_loop(rt, me.rank, m)) != TDL_OK) {
-            fprintf(stderr, "tidal[%d]: serve: %s\n", me.rank, tdl_error_get());
+        st = hooks && hooks->worker ? hooks->worker(hooks->user, params, rt, me.rank, me.size, m)
+                                    : serve_executor_loop(rt, me.rank, m);
+        if (st != TDL_OK) {
+            fprintf(stderr, "tidal[%d]: %s: %s\n", me.rank, what, tdl_error_get());
             rc = CLI_EXIT_FAILURE;
         }
     }
@@ -744,7 +761,7 @@ const cli_command_t cli_cmd_serve = {
     .summary = "serve image requests over HTTP (and from a trace file) from a weights file",
     .usage = "tidal serve --ckpt FILE [--listen 127.0.0.1:8000] [--token T] [--queue-max 256] "
              "[--trace FILE.jsonl [--exit-after-trace]]",
-    .params = serve_params,
-    .nparams = TDL_ARRAY_SIZE(serve_params),
+    .params = cli_serve_params,
+    .nparams = TDL_ARRAY_SIZE(cli_serve_params),
     .run = serve_run,
 };

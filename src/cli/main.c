@@ -25,6 +25,7 @@ static const cli_command_t *const commands[] = {
     &cli_cmd_workload,
     &cli_cmd_sim,
     &cli_cmd_profile,
+    &cli_cmd_run,
 };
 
 int cli_usage_error(const char *fmt, ...)
@@ -66,8 +67,11 @@ static tdl_status_t register_all(tdl_params_t *params, const cli_command_t *only
     if (st == TDL_OK)
         st = tdl_params_register(params, gfc_params, gfc_nparams);
     for (size_t i = 0; st == TDL_OK && i < TDL_ARRAY_SIZE(commands); i++) {
-        if (!only || only == commands[i])
+        if (!only || only == commands[i]) {
             st = tdl_params_register(params, commands[i]->params, commands[i]->nparams);
+            if (st == TDL_OK && commands[i]->nparams2)
+                st = tdl_params_register(params, commands[i]->params2, commands[i]->nparams2);
+        }
     }
     return st;
 }
@@ -94,6 +98,8 @@ static int print_help_params(void)
         if (tdl_params_create(&cmd) != TDL_OK)
             break;
         tdl_params_register(cmd, commands[i]->params, commands[i]->nparams);
+        if (commands[i]->nparams2)
+            tdl_params_register(cmd, commands[i]->params2, commands[i]->nparams2);
         printf("\n'tidal %s' parameters:\n", commands[i]->name);
         tdl_params_print_help(cmd, stdout);
         tdl_params_destroy(cmd);

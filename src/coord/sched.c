@@ -10,6 +10,7 @@ struct sched {
     sched_config_t cfg;
     void *pstate;
     bool *busy;
+    bool *offline; /* taken out of the policy's reach: busy too */
     int nfree, maxdeg;
     policy_request_t *live; /* dense, nlive of cap */
     int *live_ranks;        /* maxdeg per live slot */
@@ -261,6 +262,53 @@ tdl_status_t sched_failed(sched_t *s, double now, uint64_t id)
     return end_task(s, now, id, true, NULL);
 }
 
+tdl_status_t sched_set_available(sched_t *s, int r, bool available)
+{
+    if (r < 0 || r >= s->cfg.ranks)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "scheduler: no rank %d", r);
+    if (available == !s->offline[r])
+        return TDL_OK;
+    if (!available && s->busy[r])
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "scheduler: rank %d runs a task", r);
+    s->offline[r] = !available;
+    s->busy[r] = !available;
+    s->nfree += available ? 1 : -1;
+    return TDL_OK;
+}
+
+bool sched_available(const sched_t *s, int r)
+{
+    return r >= 0 && r < s->cfg.ranks && !s->offline[r];
+}
+
+bool sched_rank_in_use(const sched_t *s, int r)
+{
+    if (r < 0 || r >= s->cfg.ranks || (s->busy[r] && !s->offline[r]))
+        return true;
+    for (int i = 0; i < s->nlive; i++)
+        for (int k = 0; k < s->live[i].nranks; k++)
+            if (s->live[i].ranks[k] == r)
+                return true;
+    return false;
+}
+
+double sched_backlog_s(const sched_t *s, double now, int *at_risk)
+{
+    policy_view_t v = view_of(s);
+    v.now = now;
+    double sum = 0;
+    int risk = 0;
+    for (int i = 0; i < s->nlive; i++) {
+        const policy_request_t *r = &s->live[i];
+        double left = policy_remaining_s(&v, r, 1);
+        sum += left;
+        risk += r->deadline_s > 0 && now + left > r->deadline_s;
+    }
+    if (at_risk)
+        *at_risk = risk;
+    return sum;
+}
+
 int sched_live(const sched_t *s) { return s->nlive; }
 int sched_running(const sched_t *s) { return s->running; }
 int sched_nfree(const sched_t *s) { return s->nfree; }
@@ -288,6 +336,7 @@ tdl_status_t sched_create(const sched_config_t *cfg, sched_t **out)
     s->cap = 64;
     s->idcap = 64;
     s->busy = calloc((size_t)cfg->ranks, sizeof(bool));
+    s->offline = calloc((size_t)cfg->ranks, sizeof(bool));
     s->stamp = calloc((size_t)cfg->ranks, sizeof(int));
     s->live = calloc((size_t)s->cap, sizeof(*s->live));
     s->live_ranks = calloc((size_t)s->cap * (size_t)s->maxdeg, sizeof(int));
@@ -297,7 +346,7 @@ tdl_status_t sched_create(const sched_config_t *cfg, sched_t **out)
     s->buf[0] = malloc((size_t)s->bufcap * sizeof(policy_placement_t));
     s->buf[1] = malloc((size_t)s->bufcap * sizeof(policy_placement_t));
     tdl_status_t st = TDL_OK;
-    if (!s->busy || !s->stamp || !s->live || !s->live_ranks || !s->prev_ranks || !s->live_of ||
+    if (!s->busy || !s->offline || !s->stamp || !s->live || !s->live_ranks || !s->prev_ranks || !s->live_of ||
         !s->started || !s->buf[0] || !s->buf[1])
         st = tdl_error_raise(TDL_ERR_NOMEM, "scheduler: out of memory for %d ranks", cfg->ranks);
     if (st == TDL_OK)
@@ -317,5 +366,6 @@ void sched_free(sched_t *s)
     if (s->pstate)
         s->cfg.policy->destroy(s->pstate);
     free(s->buf[1]), free(s->buf[0]), free(s->started), free(s->live_of), free(s->prev_ranks);
-    free(s->live_ranks), free(s->live), free(s->stamp), free(s->busy), free(s);
+    free(s->live_ranks), free(s->live), free(s->stamp), free(s->offline), free(s->busy),
+        free(s);
 }

@@ -66,6 +66,15 @@ tdl_status_t sched_arrive(sched_t *s, double now, const sched_request_t *req, ui
 tdl_status_t sched_finished(sched_t *s, double now, uint64_t id, bool *request_done);
 /* The running task of `id` failed: its ranks are free and the request is dropped. */
 tdl_status_t sched_failed(sched_t *s, double now, uint64_t id);
+/* Takes rank r out of the policy's reach (it trains) or gives it back; a rank running a task
+ * cannot be taken (TDL_ERR_INVALID_ARG). */
+tdl_status_t sched_set_available(sched_t *s, int r, bool available);
+bool sched_available(const sched_t *s, int r);
+/* Whether rank r runs a task or holds the state of a live request (its last task ran there). */
+bool sched_rank_in_use(const sched_t *s, int r);
+/* Single-rank seconds of the work the live requests have left, by the cost model; *at_risk
+ * (may be NULL): how many of them would miss their deadline even at degree 1 from `now`. */
+double sched_backlog_s(const sched_t *s, double now, int *at_risk);
 int sched_live(const sched_t *s);    /* requests arrived and not finished */
 int sched_running(const sched_t *s); /* tasks running */
 int sched_nfree(const sched_t *s);

@@ -20,15 +20,17 @@
 #define SERVE_NS_RESULT 0x726573756c74ull    /* "result" */
 #define SERVE_NS_TASK 0x7461736bull          /* "task" */
 #define SERVE_NS_MOVE 0x6d6f7665ull          /* "move" */
+#define SERVE_NS_STATUS 0x737461747573ull    /* "status" */
 #define SERVE_MAX_PNG (8u << 20)
 
-enum { CMD_TASK = 1, CMD_STOP = 2 };
+enum { CMD_TASK = 1 }; /* SERVE_OP_STOP and the callers' own ops are the others */
 
 typedef struct serve_cmd {
-    uint32_t op, kind, steps, move, cfg_parallel, nranks, nprev, pad;
+    uint32_t op, kind, steps, move, cfg_parallel, nranks, nprev, user_len;
     uint64_t seq;
     int32_t ranks[SERVE_MAX_DEGREE], prev[SERVE_MAX_DEGREE];
     serve_traj_spec_t spec;
+    unsigned char user[SERVE_USER_BYTES]; /* a caller's own command */
 } serve_cmd_t;
 
 /* pair must outlive the group (a group refers to its rank list) */
@@ -62,13 +64,19 @@ typedef struct held {
     serve_traj_t t;
 } held_t;
 
-typedef struct executor {
+struct serve_worker {
     gfc_runtime_t *rt;
     int me;
     const dit_model_t *model;
     held_t *held;
     int nheld;
-} executor_t;
+    gfc_group_t ctl, status; /* {0, me}: commands in, reports out */
+    int pair[2];
+    uint64_t seq, status_seq;  /* commands taken, reports sent */
+    gfc_request_t *pending;    /* the receive of command seq, once posted */
+    serve_cmd_t cmd;
+};
+typedef serve_worker_t executor_t;
 
 static held_t *held_find(executor_t *e, uint64_t id)
 {
@@ -161,46 +169,135 @@ static tdl_status_t report(executor_t *e, const serve_cmd_t *c, tdl_status_t st)
     return gfc_send(&back, 0, c->seq, &ack, sizeof(ack));
 }
 
-tdl_status_t serve_executor_loop(gfc_runtime_t *rt, int me, const dit_model_t *model)
+tdl_status_t serve_worker_create(gfc_runtime_t *rt, int me, const dit_model_t *model,
+                                 serve_worker_t **out)
 {
-    gfc_group_t ctl;
-    int pair[2];
-    tdl_status_t st = control_group(rt, me, pair, &ctl);
-    if (st != TDL_OK)
+    serve_worker_t *w = calloc(1, sizeof(*w));
+    if (!w)
+        return tdl_error_raise(TDL_ERR_NOMEM, "executor %d: out of memory", me);
+    w->rt = rt, w->me = me, w->model = model;
+    tdl_status_t st = control_group(rt, me, w->pair, &w->ctl);
+    if (st == TDL_OK)
+        st = gfc_group_init(&w->status, rt, w->pair, 2, SERVE_NS_STATUS);
+    if (st != TDL_OK) {
+        free(w);
         return st;
-    executor_t e = {.rt = rt, .me = me, .model = model};
-    for (uint64_t seq = 0;; seq++) {
-        serve_cmd_t cmd;
-        gfc_request_t *req;
-        if ((st = gfc_recv_start(&ctl, 0, seq, &cmd, sizeof(cmd), &req)) != TDL_OK)
-            break;
+    }
+    *out = w;
+    return TDL_OK;
+}
+
+void serve_worker_free(serve_worker_t *w)
+{
+    if (!w)
+        return;
+    if (w->pending)
+        gfc_request_free(w->pending);
+    for (int i = 0; i < w->nheld; i++)
+        held_drop(&w->held[i]);
+    free(w->held);
+    free(w);
+}
+
+void serve_worker_set_model(serve_worker_t *w, const dit_model_t *model)
+{
+    w->model = model;
+}
+
+int serve_worker_held(const serve_worker_t *w)
+{
+    int n = 0;
+    for (int i = 0; i < w->nheld; i++)
+        n += w->held[i].used;
+    return n;
+}
+
+/* The next command, if it has arrived: *got says so, w->cmd holds it. */
+static tdl_status_t next_cmd(serve_worker_t *w, bool *got)
+{
+    tdl_status_t st = TDL_OK;
+    *got = false;
+    if (!w->pending &&
+        (st = gfc_recv_start(&w->ctl, 0, w->seq, &w->cmd, sizeof(w->cmd), &w->pending)) != TDL_OK)
+        return st;
+    if ((st = gfc_request_test(w->pending, got)) != TDL_OK || !*got) {
+        *got = false;
+        return st;
+    }
+    gfc_request_free(w->pending);
+    w->pending = NULL;
+    w->seq++;
+    if (w->cmd.nranks > SERVE_MAX_DEGREE || w->cmd.nprev > SERVE_MAX_DEGREE ||
+        w->cmd.user_len > SERVE_USER_BYTES ||
+        (w->cmd.op == CMD_TASK && (w->cmd.nranks < 1 || w->cmd.kind > SERVE_TASK_DECODE)))
+        return tdl_error_raise(TDL_ERR_CORRUPT, "executor %d: a command it cannot read", w->me);
+    return TDL_OK;
+}
+
+static void user_msg(const serve_worker_t *w, serve_ctl_msg_t *msg)
+{
+    msg->op = w->cmd.op;
+    msg->len = w->cmd.user_len;
+    memcpy(msg->data, w->cmd.user, w->cmd.user_len);
+}
+
+tdl_status_t serve_worker_poll(serve_worker_t *w, bool *got, serve_ctl_msg_t *msg)
+{
+    tdl_status_t st = next_cmd(w, got);
+    if (st == TDL_OK && *got) {
+        if (w->cmd.op == CMD_TASK)
+            return tdl_error_raise(TDL_ERR_INTERNAL, "executor %d: a task arrived while it was "
+                                   "not serving", w->me);
+        user_msg(w, msg);
+    }
+    return st;
+}
+
+tdl_status_t serve_worker_run(serve_worker_t *w, serve_ctl_msg_t *msg)
+{
+    for (;;) {
+        bool got = false;
+        tdl_status_t st;
         /* idle for as long as it takes: poll, then sleep a little, never time out */
-        bool done = false;
-        while ((st = gfc_request_test(req, &done)) == TDL_OK && !done)
+        while ((st = next_cmd(w, &got)) == TDL_OK && !got)
             nanosleep(&(struct timespec){0, 200000}, NULL);
-        gfc_request_free(req);
-        if (st != TDL_OK || cmd.op == CMD_STOP)
-            break;
-        if (cmd.op != CMD_TASK || cmd.nranks < 1 || cmd.nranks > SERVE_MAX_DEGREE ||
-            cmd.nprev > SERVE_MAX_DEGREE || cmd.kind > SERVE_TASK_DECODE) {
-            st = tdl_error_raise(TDL_ERR_CORRUPT, "executor %d: a command it cannot read", me);
-            break;
+        if (st != TDL_OK)
+            return st;
+        serve_cmd_t *cmd = &w->cmd;
+        if (cmd->op != CMD_TASK) {
+            user_msg(w, msg);
+            return TDL_OK;
         }
-        tdl_status_t tst = run_task(&e, &cmd);
+        tdl_status_t tst = run_task(w, cmd);
         if (tst != TDL_OK)
-            TDL_WARN("request %llu: %s failed on rank %d: %s", (unsigned long long)cmd.spec.id,
-                     serve_task_name((serve_task_kind_t)cmd.kind), me, tdl_error_get());
-        if (cmd.ranks[0] == me && (st = report(&e, &cmd, tst)) != TDL_OK)
-            break;
+            TDL_WARN("request %llu: %s failed on rank %d: %s", (unsigned long long)cmd->spec.id,
+                     serve_task_name((serve_task_kind_t)cmd->kind), w->me, tdl_error_get());
+        if (cmd->ranks[0] == w->me && (st = report(w, cmd, tst)) != TDL_OK)
+            return st;
         /* the state stays with the ranks that ran the task, and goes when the request ends */
-        held_t *h = held_find(&e, cmd.spec.id);
-        if (h && (!member(cmd.ranks, cmd.nranks, me) || tst != TDL_OK ||
-                  cmd.kind == SERVE_TASK_DECODE))
+        held_t *h = held_find(w, cmd->spec.id);
+        if (h && (!member(cmd->ranks, cmd->nranks, w->me) || tst != TDL_OK ||
+                  cmd->kind == SERVE_TASK_DECODE))
             held_drop(h);
     }
-    for (int i = 0; i < e.nheld; i++)
-        held_drop(&e.held[i]);
-    free(e.held);
+}
+
+tdl_status_t serve_worker_report(serve_worker_t *w, const void *buf, size_t len)
+{
+    if (len > SERVE_USER_BYTES)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "executor report of %zu bytes (at most %d)",
+                               len, SERVE_USER_BYTES);
+    return gfc_send(&w->status, 0, w->status_seq++, buf, len);
+}
+
+tdl_status_t serve_executor_loop(gfc_runtime_t *rt, int me, const dit_model_t *model)
+{
+    serve_worker_t *w;
+    tdl_status_t st = serve_worker_create(rt, me, model, &w);
+    serve_ctl_msg_t msg;
+    while (st == TDL_OK && (st = serve_worker_run(w, &msg)) == TDL_OK && msg.op != SERVE_OP_STOP)
+        TDL_WARN("executor %d: command %u ignored (not a serving command)", me, msg.op);
+    serve_worker_free(w);
     return st;
 }
 
@@ -215,7 +312,18 @@ struct serve_dispatcher {
     serve_inflight_t *inflight;
     int max_inflight;        /* slots in inflight[] */
     int ninflight;
+    gfc_group_t *status;     /* reports from each worker, */
+    gfc_request_t **status_req; /* the receive posted for the next one */
+    uint64_t *status_seq;
+    unsigned char (*status_buf)[SERVE_USER_BYTES];
+    int status_next;         /* where the next poll starts: no worker starves the others */
 };
+
+static tdl_status_t post_status(serve_dispatcher_t *d, int w)
+{
+    return gfc_recv_start(&d->status[w], 1, d->status_seq[w], d->status_buf[w], SERVE_USER_BYTES,
+                          &d->status_req[w]);
+}
 
 tdl_status_t serve_dispatcher_create(gfc_runtime_t *rt, int world, serve_dispatcher_t **out)
 {
@@ -229,11 +337,21 @@ tdl_status_t serve_dispatcher_create(gfc_runtime_t *rt, int world, serve_dispatc
     d->pairs = calloc((size_t)world, sizeof(*d->pairs));
     d->max_inflight = world;
     d->inflight = calloc((size_t)world, sizeof(serve_inflight_t));
-    tdl_status_t st = d->seq && d->ctl && d->pairs && d->inflight
+    d->status = calloc((size_t)world, sizeof(gfc_group_t));
+    d->status_req = calloc((size_t)world, sizeof(gfc_request_t *));
+    d->status_seq = calloc((size_t)world, sizeof(uint64_t));
+    d->status_buf = calloc((size_t)world, sizeof(*d->status_buf));
+    tdl_status_t st = d->seq && d->ctl && d->pairs && d->inflight && d->status &&
+                              d->status_req && d->status_seq && d->status_buf
                           ? TDL_OK
                           : tdl_error_raise(TDL_ERR_NOMEM, "dispatcher: out of memory");
-    for (int w = 1; w < world && st == TDL_OK; w++)
+    for (int w = 1; w < world && st == TDL_OK; w++) {
         st = control_group(rt, w, d->pairs[w], &d->ctl[w]);
+        if (st == TDL_OK)
+            st = gfc_group_init(&d->status[w], rt, d->pairs[w], 2, SERVE_NS_STATUS);
+        if (st == TDL_OK)
+            st = post_status(d, w);
+    }
     if (st != TDL_OK) {
         serve_dispatcher_free(d);
         return st;
@@ -348,10 +466,57 @@ int serve_dispatcher_poll(serve_dispatcher_t *d, serve_inflight_t *done, int max
     return n;
 }
 
+tdl_status_t serve_dispatcher_send(serve_dispatcher_t *d, int worker, const serve_ctl_msg_t *msg)
+{
+    if (worker < 1 || worker > d->nworkers || msg->op < SERVE_OP_STOP ||
+        msg->len > SERVE_USER_BYTES)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "dispatch: a command of %u bytes to rank %d "
+                               "(executors 1..%d, op >= %d)", msg->len, worker, d->nworkers,
+                               SERVE_OP_STOP);
+    serve_cmd_t *cmd = calloc(1, sizeof(*cmd));
+    if (!cmd)
+        return tdl_error_raise(TDL_ERR_NOMEM, "dispatch: out of memory");
+    cmd->op = msg->op, cmd->user_len = msg->len;
+    memcpy(cmd->user, msg->data, msg->len);
+    tdl_status_t st = gfc_send(&d->ctl[worker], 1, d->seq[worker]++, cmd, sizeof(*cmd));
+    free(cmd);
+    return st;
+}
+
+bool serve_dispatcher_poll_status(serve_dispatcher_t *d, int *worker, void *buf, size_t *len)
+{
+    for (int k = 0; k < d->nworkers; k++) {
+        int w = 1 + (d->status_next + k) % d->nworkers;
+        bool fin = false;
+        if (!d->status_req[w])
+            continue;
+        tdl_status_t st = gfc_request_test(d->status_req[w], &fin);
+        if (st != TDL_OK) { /* the worker is gone: no more reports from it */
+            TDL_WARN("reports from rank %d: %s", w, tdl_error_get());
+            gfc_request_free(d->status_req[w]);
+            d->status_req[w] = NULL;
+            continue;
+        }
+        if (!fin)
+            continue;
+        *len = gfc_request_received_bytes(d->status_req[w]);
+        memcpy(buf, d->status_buf[w], *len);
+        *worker = w;
+        gfc_request_free(d->status_req[w]);
+        d->status_req[w] = NULL;
+        d->status_seq[w]++;
+        if (post_status(d, w) != TDL_OK)
+            TDL_WARN("reports from rank %d: %s", w, tdl_error_get());
+        d->status_next = w % d->nworkers;
+        return true;
+    }
+    return false;
+}
+
 tdl_status_t serve_dispatcher_stop(serve_dispatcher_t *d)
 {
     tdl_status_t st = TDL_OK;
-    serve_cmd_t cmd = {.op = CMD_STOP};
+    serve_cmd_t cmd = {.op = SERVE_OP_STOP};
     for (int w = 1; w <= d->nworkers; w++) {
         tdl_status_t s = gfc_send(&d->ctl[w], 1, d->seq[w]++, &cmd, sizeof(cmd));
         if (st == TDL_OK)
@@ -369,5 +534,9 @@ void serve_dispatcher_free(serve_dispatcher_t *d)
             gfc_request_free(d->inflight[i].req);
             free(d->inflight[i].png);
         }
+    for (int w = 1; w <= d->nworkers && d->status_req; w++)
+        if (d->status_req[w])
+            gfc_request_free(d->status_req[w]);
+    free(d->status_buf), free(d->status_seq), free(d->status_req), free(d->status);
     free(d->inflight), free(d->pairs), free(d->ctl), free(d->seq), free(d);
 }

@@ -145,6 +145,34 @@ tdl_status_t serve_traj_migrate(gfc_runtime_t *rt, int me, const int *a, int na,
 
 #define SERVE_MAX_DEGREE 8
 
+/* Commands other than tasks: stop, and the callers' own (op > SERVE_OP_STOP) with up to
+ * SERVE_USER_BYTES of payload. */
+#define SERVE_OP_STOP 2
+#define SERVE_USER_BYTES 256
+typedef struct serve_ctl_msg {
+    uint32_t op, len;
+    unsigned char data[SERVE_USER_BYTES];
+} serve_ctl_msg_t;
+
+/* An executor rank's side: its inbox of commands from rank 0, the outbox of its reports, and
+ * the states of the requests it holds. */
+typedef struct serve_worker serve_worker_t;
+tdl_status_t serve_worker_create(gfc_runtime_t *rt, int me, const dit_model_t *model,
+                                 serve_worker_t **out);
+void serve_worker_free(serve_worker_t *w);
+/* The model the next tasks run (a reloaded checkpoint). */
+void serve_worker_set_model(serve_worker_t *w, const dit_model_t *model);
+/* Requests whose state this worker holds. */
+int serve_worker_held(const serve_worker_t *w);
+/* Runs the tasks rank 0 sends, waiting for them without a timeout, until a command that is not
+ * a task: it returns that one in *msg (SERVE_OP_STOP or the caller's own). */
+tdl_status_t serve_worker_run(serve_worker_t *w, serve_ctl_msg_t *msg);
+/* Takes a waiting command without blocking (*got says whether there was one); a task there is
+ * an error (the worker is not serving). */
+tdl_status_t serve_worker_poll(serve_worker_t *w, bool *got, serve_ctl_msg_t *msg);
+/* A report to rank 0 (up to SERVE_USER_BYTES): serve_dispatcher_poll_status reads it. */
+tdl_status_t serve_worker_report(serve_worker_t *w, const void *buf, size_t len);
+
 /* Ranks 1 .. N-1: receive tasks from rank 0 and run them until rank 0 says stop. An executor
  * keeps the state of every request whose last task ran on it; a task names the ranks that run
  * it and the ranks that hold the state, and every rank of either takes part (the state moves
@@ -191,6 +219,11 @@ tdl_status_t serve_dispatch_task(serve_dispatcher_t *d, const serve_traj_spec_t 
 int serve_dispatcher_inflight(const serve_dispatcher_t *d);
 /* Reported tasks into done[] (up to max); answers how many. */
 int serve_dispatcher_poll(serve_dispatcher_t *d, serve_inflight_t *done, int max);
+/* A command of the caller's own (msg->op > SERVE_OP_STOP) to executor `worker`, after the tasks
+ * sent to it before. */
+tdl_status_t serve_dispatcher_send(serve_dispatcher_t *d, int worker, const serve_ctl_msg_t *msg);
+/* A report from some executor, if one has arrived: its rank, bytes and length. */
+bool serve_dispatcher_poll_status(serve_dispatcher_t *d, int *worker, void *buf, size_t *len);
 /* Tells every executor to leave serve_executor_loop (after the tasks sent before). */
 tdl_status_t serve_dispatcher_stop(serve_dispatcher_t *d);
 void serve_dispatcher_free(serve_dispatcher_t *d);
