@@ -1,0 +1,110 @@
+#!/bin/sh
+# `tidal run` on 4 ranks (a coordinator, 3 workers) under a bursty trace: ranks move to serving
+# for the bursts and back to training between them; every request completes; the training loss
+# trajectory equals that of `tidal train` alone with the same seeds; the checkpoints written while
+# ranks moved verify, and a second run resumes from the last one and follows the reference on;
+# a worker killed mid-run ends the job with a message naming it and the last checkpoint intact.
+. "${TIDAL_BUILDDIR:-.}/tests/env.sh"
+[ -d /usr/share/datasets/fashion-mnist ] || { echo "1..0 # SKIP dataset-fashion-mnist is not installed"; exit 0; }
+dir=`mktemp -d`
+trap 'rm -rf "$dir"' EXIT
+export OPENBLAS_NUM_THREADS=1
+train="--model tiny --batch 8 --micro-batch 4 --warmup 100 --seed 3"
+
+# two bursts of 12 small requests, 7 s apart
+python3 - "$dir/burst.jsonl" <<'EOF'
+import json, sys
+with open(sys.argv[1], "w") as f:
+    for b, t0 in enumerate((1000, 8000)):
+        for i in range(12):
+            f.write(json.dumps({"at_ms": t0 + 150 * i, "label": i % 10, "n": 1, "resolution": 32,
+                                "steps": 10, "seed": 100 * b + i, "deadline_ms": 4000}) + "\n")
+EOF
+tidal_mpirun 4 "$TIDAL" run $train --train-steps 150 --ckpt-every 50 --listen none \
+    --trace "$dir/burst.jsonl" --exit-after-trace --out "$dir/run" --max-resolution 32 \
+    --progress-every 0 --cooldown 2 >"$dir/run.out" 2>&1
+rc=$?
+check "tidal run on 4 ranks exits 0 (rc=$rc)" [ $rc = 0 ]
+[ $rc = 0 ] || tail -n 30 "$dir/run.out" | sed 's/^/# /'
+check "every request of the trace completed" grep -q "trace: 24 requests, 24 done, 0 failed" "$dir/run.out"
+grep "tidal run:" "$dir/run.out" | sed 's/^/# /'
+
+# the allocation moved both ways: more serving ranks during a burst, fewer after it
+python3 - "$dir/run/timeline.csv" >"$dir/moves" 2>&1 <<'EOF'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+serving = [int(r["serving"]) for r in rows]
+up = any(b > a for a, b in zip(serving, serving[1:]))
+down = any(b < a for a, b in zip(serving, serving[1:]) if int(rows[0]["training"]) > 0)
+print(f"serving ranks over time: {serving[:40]}")
+sys.exit(0 if up and down else 1)
+EOF
+rc=$?
+sed 's/^/# /' "$dir/moves"
+check "ranks moved to serving and back to training" [ $rc = 0 ]
+grep -q "timeline in" "$dir/run.out" || grep -q "gnuplot did not draw" "$dir/run.out"
+check "the timeline was written (and plotted where gnuplot is)" [ -s "$dir/run/timeline.csv" ]
+
+# the reference: training alone, same seeds and global batch
+"$TIDAL" train $train --steps 200 --val-every 0 --log-every 25 --ckpt-every 1000 \
+    --out "$dir/ref" >"$dir/ref.out" 2>&1
+check "the reference training run" [ -s "$dir/ref/loss.csv" ]
+cmp_losses() { # FROM TO: the run's losses at the reference's logged steps in [FROM, TO]
+    python3 - "$dir/run/loss.csv" "$dir/ref/loss.csv" "$1" "$2" <<'EOF'
+import csv, sys
+run = {int(r[0]): float(r[1]) for r in csv.reader(open(sys.argv[1]))}
+ref = {int(r[0]): float(r[1]) for r in list(csv.reader(open(sys.argv[2])))[1:]}
+lo, hi = int(sys.argv[3]), int(sys.argv[4])
+ks = [k for k in sorted(ref) if lo <= k <= hi]
+missing = [k for k in ks if k not in run]
+worst = max((abs(run[k] - ref[k]) / abs(ref[k]) for k in ks if k in run), default=1)
+print(f"steps {ks}: largest relative difference {worst:.3g}, missing {missing}")
+sys.exit(0 if ks and not missing and worst < 1e-5 else 1)
+EOF
+}
+cmp_losses 1 150 >"$dir/cmp1" 2>&1
+rc=$?
+sed 's/^/# /' "$dir/cmp1"
+check "the loss trajectory equals training alone (within 1e-5)" [ $rc = 0 ]
+ok_all=yes
+for s in 50 100 150; do
+    f=`printf "%s/run/ckpt/ckpt-%08d.h5" "$dir" $s`
+    "$TIDAL" ckpt verify "$f" >/dev/null 2>&1 || ok_all=no
+done
+check "the checkpoints taken while ranks moved verify" [ $ok_all = yes ]
+
+# a second run resumes from step 150 and follows the reference to 200
+tidal_mpirun 4 "$TIDAL" run $train --train-steps 200 --ckpt-every 50 --listen none \
+    --trace "$dir/burst.jsonl" --exit-after-trace --out "$dir/run" --max-resolution 32 \
+    --progress-every 0 --cooldown 2 >"$dir/run2.out" 2>&1
+rc=$?
+check "the second run exits 0 (rc=$rc)" [ $rc = 0 ]
+check "it resumed from the checkpoint of step 150" grep -q "resumes from .*ckpt-00000150.h5 at step 150" "$dir/run2.out"
+cmp_losses 151 200 >"$dir/cmp2" 2>&1
+rc=$?
+sed 's/^/# /' "$dir/cmp2"
+check "after the resume the losses still equal training alone" [ $rc = 0 ]
+
+# a worker killed mid-run: the job ends, naming it; the last checkpoint is intact
+rm -rf "$dir/kill"
+tidal_mpirun 4 "$TIDAL" run $train --train-steps 100000 --ckpt-every 20 --listen none \
+    --trace "$dir/burst.jsonl" --out "$dir/kill" --max-resolution 32 --progress-every 0 \
+    >"$dir/kill.out" 2>&1 &
+job=$!
+n=0
+until ls "$dir"/kill/ckpt/ckpt-*.h5 >/dev/null 2>&1 || [ $n -ge 200 ]; do sleep 0.1; n=$((n + 1)); done
+sleep 1.5 # into the first burst: ranks are moving
+victim=`ps -eo pid,args | grep "[t]idal run .*$dir/kill" | grep -v mpirun | awk 'NR == 3 { print $1 }'`
+[ -n "$victim" ] && kill -9 "$victim"
+n=0
+while kill -0 $job 2>/dev/null && [ $n -lt 600 ]; do sleep 0.1; n=$((n + 1)); done
+kill -0 $job 2>/dev/null && { kill -9 $job; diag "the job did not end within 60 s"; }
+wait $job
+rc=$?
+ended=no; [ $rc != 0 ] && [ -n "$victim" ] && ended=yes
+check "killing a worker ends the job with a failure (rc=$rc)" [ $ended = yes ]
+grep -E "rank [0-9]+|process rank" "$dir/kill.out" | head -n 3 | sed 's/^/# /'
+check "the message names the rank" grep -qE "rank [123]" "$dir/kill.out"
+latest=`ls "$dir"/kill/ckpt/ckpt-*.h5 | tail -n 1`
+check "the last checkpoint is intact ($latest)" "$TIDAL" ckpt verify "$latest"
+done_testing
