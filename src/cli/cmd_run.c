@@ -112,6 +112,8 @@ typedef struct run {
     char latest[SERVE_USER_BYTES + 1];
     FILE *timeline, *losses;
     int moves_to_serve, moves_to_train;
+    int64_t first_step; /* the step training stood at when the job began (a resume) */
+    bool seen_step;
 } run_t;
 
 static bool in_members(const run_members_t *m, int r)
@@ -351,6 +353,8 @@ static tdl_status_t on_report(run_t *R, serve_coord_t *c, int w, const run_repor
 {
     switch (r->kind) {
     case REP_STEP:
+        if (!R->seen_step)
+            R->first_step = r->step - 1, R->seen_step = true;
         R->step = r->step, R->loss = r->loss;
         if (R->losses)
             fprintf(R->losses, "%lld,%.7g,%d\n", (long long)r->step, r->loss, r->members);
@@ -542,7 +546,8 @@ static double quantile(double *v, int n, double p)
 static void run_finish(void *user, serve_coord_t *c)
 {
     run_t *R = user;
-    write_row(R, c, tdl_clock_s() - c->t0);
+    double elapsed = tdl_clock_s() - c->t0;
+    write_row(R, c, elapsed);
     if (R->timeline)
         fclose(R->timeline);
     if (R->losses)
@@ -553,6 +558,10 @@ static void run_finish(void *user, serve_coord_t *c)
            R->moves_to_serve, R->moves_to_train, quantile(R->realloc_ms, R->nrealloc, 0.5),
            quantile(R->realloc_ms, R->nrealloc, 0.95), (long long)R->step, R->loss,
            R->latest[0] ? R->latest : "(none)");
+    printf("tidal run: training: %lld steps in this job, %.1f images/s over %.1f s\n",
+           (long long)(R->step - R->first_step),
+           elapsed > 0 ? (double)(R->step - R->first_step) * R->opts.batch / elapsed : 0.0,
+           elapsed);
     char cmd[4096];
     snprintf(cmd, sizeof(cmd),
              "gnuplot -e \"set terminal png size 1000,700; set output '%s/timeline.png'; "
