@@ -1,0 +1,219 @@
+# A single-node Slurm cluster for one test, sourced after tests/env.sh: munged, slurmctld and
+# slurmd (Debian's munge and slurm-wlm) on this host, every file in a temporary directory, on
+# ports of their own, torn down on exit. It never touches the system's munge or Slurm.
+#
+#   slurm_nodes=2  # before sourcing, for more than one node
+#   slurm_start || { skip_all "$slurm_why"; exit 0; }     # sets SLURM_CONF, $slurm_dir
+#   id=`sbatch --parsable ...`; slurm_wait_state $id COMPLETED 120
+#
+# The test's own points are its business; slurm_start says why it could not start in $slurm_why.
+
+slurm_dir=""
+slurm_pids=""
+slurm_nodes=${slurm_nodes:-1}
+slurm_why=""
+
+# slurm_skip_all N REASON: N skipped points and the plan (nothing could be tested)
+slurm_skip_all() {
+    n=$1; shift
+    i=0
+    while [ $i -lt "$n" ]; do skip "$*"; i=$((i + 1)); done
+    done_testing
+}
+
+slurm_port_free() { ! ss -Htln "sport = :$1" 2>/dev/null | grep -q .; }
+
+slurm_start() {
+    for c in munged slurmctld slurmd sbatch scontrol srun ss; do
+        command -v $c >/dev/null 2>&1 || PATH=$PATH:/usr/sbin command -v $c >/dev/null 2>&1 || {
+            slurm_why="$c is not installed (Debian: slurm-wlm munge iproute2)"
+            return 1
+        }
+    done
+    PATH=$PATH:/usr/sbin
+    slurm_dir=`mktemp -d /tmp/tidal-slurm.XXXXXX` || { slurm_why="mktemp failed"; return 1; }
+    chmod 755 "$slurm_dir" # munged wants its socket's directory searchable by all
+    d=$slurm_dir
+    mkdir -p "$d/state" "$d/work"
+    i=0
+    while [ $i -lt "$slurm_nodes" ]; do mkdir -p "$d/spool/tidal$i"; i=$((i + 1)); done
+    if command -v mungekey >/dev/null 2>&1; then
+        mungekey -c -k "$d/munge.key" >/dev/null 2>&1
+    else
+        dd if=/dev/urandom of="$d/munge.key" bs=1024 count=1 2>/dev/null
+    fi
+    chmod 600 "$d/munge.key"
+    munged -F -f --socket="$d/munge.sock" --key-file="$d/munge.key" --pid-file="$d/munged.pid" \
+        --log-file="$d/munged.log" --seed-file="$d/munged.seed" >"$d/munged.out" 2>&1 &
+    slurm_pids="$!"
+    n=0
+    while [ ! -S "$d/munge.sock" ] && [ $n -lt 50 ]; do sleep 0.1; n=$((n + 1)); done
+    if ! munge -S "$d/munge.sock" -n 2>/dev/null | unmunge -S "$d/munge.sock" >/dev/null 2>&1; then
+        slurm_why="munged did not start: `tail -n 1 "$d/munged.log" "$d/munged.out" 2>/dev/null | tr '\n' ' '`"
+        return 1
+    fi
+    host=`hostname -s`
+    # ports of our own (the controller's, then ten for each slurmd): several tests may each
+    # run a cluster at once
+    tries=0
+    while :; do
+        tries=$((tries + 1))
+        base=$((20000 + (($$ * 7 + tries * 131 + `od -An -N2 -tu2 /dev/urandom`) % 1300) * 30))
+        slurm_port_free $base && slurm_port_free $((base + 1)) && slurm_port_free $((base + 11)) && break
+        [ $tries -lt 20 ] || { slurm_why="no free ports"; return 1; }
+    done
+    cat >"$d/slurm.conf" <<EOF
+ClusterName=tidaltest
+# job ids of its own too: srun --mpi=pmix names its files in /tmp by job and step
+FirstJobId=$base
+SlurmctldHost=$host(127.0.0.1)
+SlurmctldPort=$base
+SrunPortRange=$((base + 2))-$((base + 9))
+SlurmUser=`id -un`
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+# a requeued job may start once the last run's credential expires (default 120 s)
+AuthInfo=socket=$d/munge.sock,cred_expire=5
+StateSaveLocation=$d/state
+SlurmdSpoolDir=$d/spool/%n
+SlurmctldPidFile=$d/slurmctld.pid
+SlurmdPidFile=$d/slurmd-%n.pid
+SlurmctldLogFile=$d/slurmctld.log
+SlurmdLogFile=$d/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SwitchType=switch/none
+MpiDefault=none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+# backfill: heterogeneous jobs need it
+SchedulerType=sched/backfill
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/filetxt
+JobCompLoc=$d/jobcomp.txt
+# more CPUs than the machine has: the jobs are small and oversubscribe it
+SlurmdParameters=config_overrides
+ReturnToService=2
+MinJobAge=600
+KillWait=5
+InactiveLimit=0
+MessageTimeout=20
+# schedule every second, so a requeued job starts once its credential has expired
+SchedulerParameters=sched_interval=1,bf_interval=1
+EOF
+    # $slurm_nodes nodes, each a slurmd of its own on this host (the components of a
+    # heterogeneous job never share a node: the backfill scheduler plans whole nodes)
+    nodes=""
+    i=0
+    while [ $i -lt "$slurm_nodes" ]; do
+        echo "NodeName=tidal$i NodeHostname=$host NodeAddr=127.0.0.1 Port=$((base + 1 + i * 10)) CPUs=8 RealMemory=4000 State=UNKNOWN" >>"$d/slurm.conf"
+        nodes="$nodes${nodes:+,}tidal$i"
+        i=$((i + 1))
+    done
+    echo "PartitionName=debug Nodes=$nodes Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES" >>"$d/slurm.conf"
+    SLURM_CONF=$d/slurm.conf
+    export SLURM_CONF
+    slurmctld -D -i >"$d/slurmctld.out" 2>&1 &
+    slurm_pids="$slurm_pids $!"
+    i=0
+    while [ $i -lt "$slurm_nodes" ]; do
+        slurmd -D -N tidal$i >"$d/slurmd-tidal$i.out" 2>&1 &
+        slurm_pids="$slurm_pids $!"
+        i=$((i + 1))
+    done
+    n=0
+    while [ $n -lt 150 ]; do
+        st=`sinfo -h -o %T 2>/dev/null | sort -u | tr '\n' ' '`
+        [ "$st" = "idle " ] && return 0
+        sleep 0.2; n=$((n + 1))
+    done
+    slurm_why="the nodes did not come up (state '$st'): `tail -n 2 "$d/slurmctld.log" "$d"/slurmd-*.log 2>/dev/null | tr '\n' ' '`"
+    return 1
+}
+
+# slurm_submit DESC SBATCH-ARGS...: submits, sets $slurm_id; on failure a failed point naming
+# sbatch's error, and false (the caller skips that case rather than waiting for nothing).
+slurm_submit() {
+    desc=$1; shift
+    slurm_id=`sbatch --parsable "$@" 2>"$slurm_dir/sbatch.err"`
+    slurm_id=${slurm_id%%;*}
+    [ -n "$slurm_id" ] && return 0
+    not_ok "$desc: sbatch failed: `tr '\n' ' ' <"$slurm_dir/sbatch.err"`"
+    return 1
+}
+
+# slurm_job_field ID FIELD: a field of `scontrol show job` (JobState, Restarts, ExitCode...)
+slurm_job_field() {
+    scontrol show job "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n 1
+}
+
+# slurm_wait_state ID STATE SECONDS: waits for the job to reach STATE (or any end state);
+# true if it is STATE. $slurm_state holds the last state seen.
+slurm_wait_state() {
+    n=0
+    while [ $n -lt $(($3 * 5)) ]; do
+        slurm_state=`slurm_job_field "$1" JobState`
+        [ "$slurm_state" = "$2" ] && return 0
+        case $slurm_state in
+        COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | BOOT_FAIL | DEADLINE)
+            return 1 ;;
+        esac
+        sleep 0.2; n=$((n + 1))
+    done
+    return 1
+}
+
+# slurm_wait_file FILE PATTERN SECONDS: waits for a line matching PATTERN in FILE
+slurm_wait_file() {
+    n=0
+    while [ $n -lt $(($3 * 5)) ]; do
+        grep -q "$2" "$1" 2>/dev/null && return 0
+        sleep 0.2; n=$((n + 1))
+    done
+    return 1
+}
+
+# Cancels the jobs, stops the daemons, then ends whatever still runs with this cluster's
+# SLURM_CONF in its environment (job scripts and ranks) and removes the directory.
+slurm_stop() {
+    [ -n "$slurm_dir" ] || return 0
+    if [ -n "$slurm_pids" ]; then
+        scancel --full --quiet `squeue -h -o %A 2>/dev/null` 2>/dev/null
+        n=0
+        while [ -n "`squeue -h -o %A 2>/dev/null`" ] && [ $n -lt 50 ]; do sleep 0.2; n=$((n + 1)); done
+    fi
+    for p in $slurm_pids; do kill -TERM "$p" 2>/dev/null; done
+    n=0
+    while [ $n -lt 50 ]; do
+        alive=""
+        for p in $slurm_pids; do kill -0 "$p" 2>/dev/null && alive="$alive $p"; done
+        [ -z "$alive" ] && break
+        sleep 0.1; n=$((n + 1))
+    done
+    for p in $slurm_pids; do kill -KILL "$p" 2>/dev/null; done
+    for e in /proc/[0-9]*/environ; do
+        p=${e#/proc/}; p=${p%/environ}
+        [ "$p" = $$ ] && continue
+        if { tr "\0" "\n" <"$e"; } 2>/dev/null | grep -qx "SLURM_CONF=$slurm_dir/slurm.conf"; then
+            kill -KILL "$p" 2>/dev/null
+        fi
+    done
+    wait 2>/dev/null
+    if [ -n "${TIDAL_SLURM_KEEP:-}" ]; then
+        echo "# kept $slurm_dir"
+    else
+        rm -rf "$slurm_dir"
+    fi
+    slurm_dir=""
+}
+
+# slurm_diag FILE...: the tail of each file as TAP comments (after a failure)
+slurm_diag() {
+    for f in "$@"; do
+        [ -f "$f" ] || continue
+        echo "# --- $f"
+        tail -n 25 "$f" | sed 's/^/#   /'
+    done
+}
