@@ -60,6 +60,10 @@ static const tdl_param_def_t run_params[] = {
     {"cooldown", TDL_PARAM_DOUBLE, "3",
      "slo_first: seconds serving must need fewer ranks before one goes back to training", NULL, 0,
      1e6},
+    {"demo", TDL_PARAM_BOOL, "true",
+     "without --trace: replay a built-in trace with two bursts and end when it and training are "
+     "done (--no-demo: serve HTTP until SIGTERM)",
+     NULL, 0, 0},
     {"timeline-every", TDL_PARAM_DOUBLE, "0.5", "seconds between rows of timeline.csv", NULL, 0.01,
      1e6},
 };
@@ -114,6 +118,7 @@ typedef struct run {
     int moves_to_serve, moves_to_train;
     int64_t first_step; /* the step training stood at when the job began (a resume) */
     bool seen_step;
+    bool decided_after_start; /* the resize in flight was decided after the first step */
 } run_t;
 
 static bool in_members(const run_members_t *m, int r)
@@ -385,9 +390,12 @@ static tdl_status_t on_report(run_t *R, serve_coord_t *c, int w, const run_repor
     case REP_LEFT:
         R->role[w] = ROLE_SERVE;
         R->pending--;
-        if (R->nrealloc < (int)TDL_ARRAY_SIZE(R->realloc_ms) && !R->training_done)
+        /* moves decided while the workers were still starting up say nothing of a step */
+        if (R->nrealloc < (int)TDL_ARRAY_SIZE(R->realloc_ms) && !R->training_done &&
+            R->decided_after_start)
             R->realloc_ms[R->nrealloc++] = (now - R->decided_at) * 1e3;
-        return sched_set_available(c->sched, w - 1, true);
+        tdl_status_t st = sched_set_available(c->sched, w - 1, true);
+        return st == TDL_OK ? sched_kick(c->sched, now) : st;
     case REP_JOINED:
         R->role[w] = ROLE_TRAIN;
         R->pending--;
@@ -450,6 +458,7 @@ static tdl_status_t reallocate(run_t *R, serve_coord_t *c, int serving, int targ
     }
     TDL_INFO("realloc: %d serving -> %d (%d training)", serving, target, (int)next.n);
     R->decided_at = now;
+    R->decided_after_start = R->seen_step;
     R->m = next;
     return send_members(c, leader, OP_RESIZE, &next);
 }
@@ -635,7 +644,9 @@ static tdl_status_t demo_trace(const run_t *R, tdl_params_t *params, char *path,
     wc.seed = R->opts.seed;
     wc.mix[0] = 0.8, wc.mix[1] = 0.2, wc.mix[2] = 0; /* 32 and 64 pixels */
     wc.steps[0] = wc.steps[1] = (int)tdl_param_int(params, "steps");
-    const double load[] = {0.1, 1.5, 0.1, 1.5, 0.1}, secs[] = {20, 10, 25, 10, 20};
+    /* loads of the built-in cost model's capacity, which is about ten times what a small
+     * machine shared with training serves: bursts of about 1 request/s on 3 workers */
+    const double load[] = {0.01, 0.06, 0.01, 0.06, 0.01}, secs[] = {20, 10, 25, 10, 20};
     wc.nphases = 5;
     for (int i = 0; i < wc.nphases; i++)
         wc.phase_load[i] = load[i], wc.phase_s[i] = secs[i];
@@ -701,19 +712,19 @@ static int run_run(tdl_params_t *params, int npos, char **pos)
         return CLI_EXIT_FAILURE;
     }
     char trace[1200];
-    if (!tdl_param_str(params, "trace") && world) {
+    if (!tdl_param_str(params, "trace") && tdl_param_bool(params, "demo") && world) {
         R.workers = world - 1;
-        /* rank 0 writes it; the others never read it */
+        /* rank 0 writes it and replays it; every rank names it, as with --trace */
         const char *rank = getenv("OMPI_COMM_WORLD_RANK");
-        if (!rank || !strcmp(rank, "0")) {
-            if ((st = demo_trace(&R, params, trace, sizeof(trace))) != TDL_OK) {
-                fprintf(stderr, "tidal: run: demo trace: %s\n", tdl_error_get());
-                return CLI_EXIT_FAILURE;
-            }
-            tdl_params_set(params, "trace", trace, TDL_PARAM_SRC_CMDLINE, "tidal run");
-            if (tdl_params_source(params, "exit-after-trace") == TDL_PARAM_SRC_DEFAULT)
-                tdl_params_set(params, "exit-after-trace", "true", TDL_PARAM_SRC_CMDLINE, "tidal run");
+        snprintf(trace, sizeof(trace), "%s/demo-trace.jsonl", R.out);
+        if ((!rank || !strcmp(rank, "0")) &&
+            (st = demo_trace(&R, params, trace, sizeof(trace))) != TDL_OK) {
+            fprintf(stderr, "tidal: run: demo trace: %s\n", tdl_error_get());
+            return CLI_EXIT_FAILURE;
         }
+        tdl_params_set(params, "trace", trace, TDL_PARAM_SRC_CMDLINE, "tidal run");
+        if (tdl_params_source(params, "exit-after-trace") == TDL_PARAM_SRC_DEFAULT)
+            tdl_params_set(params, "exit-after-trace", "true", TDL_PARAM_SRC_CMDLINE, "tidal run");
     }
     serve_hooks_t hooks = {.user = &R,
                            .model = run_model,

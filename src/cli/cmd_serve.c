@@ -577,7 +577,15 @@ out:
             print_latency("http", q, SERVE_SOURCE_HTTP, &s.by_source[SERVE_SOURCE_HTTP], elapsed);
         fflush(stdout);
     }
-    /* the requests the scheduler took finish before the executors stop */
+    /* the requests the scheduler took and started finish before the executors stop; those it
+     * has not started fail now */
+    if (co.sched) {
+        uint64_t ids[64];
+        int n;
+        while ((n = sched_drop_waiting(co.sched, ids, (int)TDL_ARRAY_SIZE(ids))) > 0)
+            for (int i = 0; i < n; i++)
+                serve_job_fail(q, co.reqs[ids[i]].job, "the server is shutting down");
+    }
     while (co.sched && rc == CLI_EXIT_OK && sched_live(co.sched) > 0) {
         int got = 0;
         if ((st = coord_collect(&co, &got)) == TDL_OK && hooks && hooks->tick)

@@ -276,6 +276,35 @@ tdl_status_t sched_set_available(sched_t *s, int r, bool available)
     return TDL_OK;
 }
 
+tdl_status_t sched_kick(sched_t *s, double now)
+{
+    s->now = now;
+    for (int i = 0; i < s->nlive; i++) {
+        if (s->live[i].running)
+            continue;
+        /* the engine places every waiting request in its order, whichever id it is told */
+        int nout = 0;
+        policy_view_t v = view_of(s);
+        tdl_status_t st = s->cfg.policy->on_runnable(s->pstate, &v, s->live[i].id, s->buf[0],
+                                                     s->bufcap, &nout);
+        return st == TDL_OK ? apply(s, nout) : st;
+    }
+    return TDL_OK;
+}
+
+int sched_drop_waiting(sched_t *s, uint64_t *ids, int max)
+{
+    int n = 0;
+    for (int i = s->nlive - 1; i >= 0 && n < max; i--) {
+        const policy_request_t *r = &s->live[i];
+        if (r->running || r->next != POLICY_TASK_PREPARE || r->nranks)
+            continue;
+        ids[n++] = r->id;
+        retire(s, r->id); /* moves the last slot here: the ones above were seen already */
+    }
+    return n;
+}
+
 bool sched_available(const sched_t *s, int r)
 {
     return r >= 0 && r < s->cfg.ranks && !s->offline[r];

@@ -69,6 +69,12 @@ tdl_status_t sched_failed(sched_t *s, double now, uint64_t id);
 /* Takes rank r out of the policy's reach (it trains) or gives it back; a rank running a task
  * cannot be taken (TDL_ERR_INVALID_ARG). */
 tdl_status_t sched_set_available(sched_t *s, int r, bool available);
+/* Asks the policy to place what it will on the free ranks at `now` (after ranks were given
+ * back: no arrival or completion would). */
+tdl_status_t sched_kick(sched_t *s, double now);
+/* Drops the requests no task of which has started (a server stopping fails them): writes up
+ * to max of their ids and answers how many were dropped. */
+int sched_drop_waiting(sched_t *s, uint64_t *ids, int max);
 bool sched_available(const sched_t *s, int r);
 /* Whether rank r runs a task or holds the state of a live request (its last task ran there). */
 bool sched_rank_in_use(const sched_t *s, int r);
