@@ -539,17 +539,10 @@ static bool run_done(void *user)
     return ((run_t *)user)->training_done;
 }
 
-static double quantile(double *v, int n, double p)
+static int cmp_double(const void *a, const void *b)
 {
-    if (!n)
-        return 0;
-    for (int i = 1; i < n; i++) /* insertion sort: a few hundred values */
-        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
-            double t = v[j];
-            v[j] = v[j - 1], v[j - 1] = t;
-        }
-    int k = (int)ceil(p * n) - 1;
-    return v[TDL_MAX(0, TDL_MIN(n - 1, k))];
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
 }
 
 static void run_finish(void *user, serve_coord_t *c)
@@ -557,6 +550,7 @@ static void run_finish(void *user, serve_coord_t *c)
     run_t *R = user;
     double elapsed = tdl_clock_s() - c->t0;
     write_row(R, c, elapsed);
+    qsort(R->realloc_ms, (size_t)R->nrealloc, sizeof(double), cmp_double);
     if (R->timeline)
         fclose(R->timeline);
     if (R->losses)
@@ -564,8 +558,9 @@ static void run_finish(void *user, serve_coord_t *c)
     R->timeline = R->losses = NULL;
     printf("tidal run: %d moves to serving, %d to training; realloc to serving p50 %.1f ms, "
            "p95 %.1f ms; training at step %lld, loss %.4f; last checkpoint %s\n",
-           R->moves_to_serve, R->moves_to_train, quantile(R->realloc_ms, R->nrealloc, 0.5),
-           quantile(R->realloc_ms, R->nrealloc, 0.95), (long long)R->step, R->loss,
+           R->moves_to_serve, R->moves_to_train,
+           serve_quantile(R->realloc_ms, (size_t)R->nrealloc, 0.5),
+           serve_quantile(R->realloc_ms, (size_t)R->nrealloc, 0.95), (long long)R->step, R->loss,
            R->latest[0] ? R->latest : "(none)");
     printf("tidal run: training: %lld steps in this job, %.1f images/s over %.1f s\n",
            (long long)(R->step - R->first_step),
