@@ -545,6 +545,38 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* 4 images of each class from the last checkpoint's EMA weights: what training has learned. */
+static void sample_grid(const run_t *R)
+{
+    if (!R->latest[0])
+        return;
+    dit_model_t *m = NULL;
+    tdl_status_t st = train_weights_load(R->latest, "ema", 20, 0, &m);
+    int n = 0, res = 0, ch = 0, k = 0;
+    int *labels = NULL;
+    float *img = NULL;
+    if (st == TDL_OK) {
+        k = TDL_MIN(m->config.num_classes, 10), n = 4 * k, res = m->config.input_size;
+        ch = m->config.in_channels;
+        labels = malloc((size_t)n * sizeof(int));
+        img = malloc((size_t)n * ch * res * res * sizeof(float));
+        st = labels && img ? TDL_OK : tdl_error_raise(TDL_ERR_NOMEM, "out of memory");
+    }
+    for (int i = 0; st == TDL_OK && i < n; i++)
+        labels[i] = i % k;
+    dit_sample_opts_t o = {.kind = DIT_SAMPLER_HEUN, .steps = 20, .cfg_scale = 3, .seed = 1};
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/samples.png", R->out);
+    if (st == TDL_OK && (st = dit_sample(m, labels, n, res, res, &o, img)) == TDL_OK)
+        st = serve_png_write_grid(path, img, n, ch, res, res, k, 2);
+    if (st == TDL_OK)
+        printf("tidal run: samples of %s in %s\n", R->latest, path);
+    else
+        TDL_WARN("no sample grid: %s", tdl_error_get());
+    free(labels), free(img);
+    dit_model_free(m);
+}
+
 static void run_finish(void *user, serve_coord_t *c)
 {
     run_t *R = user;
@@ -583,6 +615,7 @@ static void run_finish(void *user, serve_coord_t *c)
                  R->out);
     else
         printf("tidal run: timeline in %s/timeline.csv and %s/timeline.png\n", R->out, R->out);
+    sample_grid(R);
     if (R->pstate)
         R->ops->destroy(R->pstate);
     R->pstate = NULL;
