@@ -55,14 +55,19 @@ slurm_start() {
     host=`hostname -s`
     # ports of our own (the controller's, then ten for each slurmd): several tests may each
     # run a cluster at once
-    tries=0
+    munge_pid=$slurm_pids
+    attempt=0
     while :; do
-        tries=$((tries + 1))
-        base=$((20000 + (($$ * 7 + tries * 131 + `od -An -N2 -tu2 /dev/urandom`) % 1300) * 30))
-        slurm_port_free $base && slurm_port_free $((base + 1)) && slurm_port_free $((base + 11)) && break
-        [ $tries -lt 20 ] || { slurm_why="no free ports"; return 1; }
-    done
-    cat >"$d/slurm.conf" <<EOF
+        attempt=$((attempt + 1))
+        tries=0
+        while :; do
+            tries=$((tries + 1))
+            # below the kernel's ephemeral range (32768 and up), where outgoing connections take theirs
+            base=$((20000 + (($$ * 7 + tries * 131 + `od -An -N2 -tu2 /dev/urandom`) % 400) * 30))
+            slurm_port_free $base && slurm_port_free $((base + 1)) && slurm_port_free $((base + 11)) && break
+            [ $tries -lt 20 ] || { slurm_why="no free ports"; return 1; }
+        done
+        cat >"$d/slurm.conf" <<EOF
 ClusterName=tidaltest
 # job ids of its own too: srun --mpi=pmix names its files in /tmp by job and step
 FirstJobId=$base
@@ -103,34 +108,44 @@ MessageTimeout=20
 # schedule every second, so a requeued job starts once its credential has expired
 SchedulerParameters=sched_interval=1,bf_interval=1
 EOF
-    # $slurm_nodes nodes, each a slurmd of its own on this host (the components of a
-    # heterogeneous job never share a node: the backfill scheduler plans whole nodes)
-    nodes=""
-    i=0
-    while [ $i -lt "$slurm_nodes" ]; do
-        echo "NodeName=tidal$i NodeHostname=$host NodeAddr=127.0.0.1 Port=$((base + 1 + i * 10)) CPUs=8 RealMemory=4000 State=UNKNOWN" >>"$d/slurm.conf"
-        nodes="$nodes${nodes:+,}tidal$i"
-        i=$((i + 1))
-    done
-    echo "PartitionName=debug Nodes=$nodes Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES" >>"$d/slurm.conf"
-    SLURM_CONF=$d/slurm.conf
-    export SLURM_CONF
-    slurmctld -D -i >"$d/slurmctld.out" 2>&1 &
-    slurm_pids="$slurm_pids $!"
-    i=0
-    while [ $i -lt "$slurm_nodes" ]; do
-        slurmd -D -N tidal$i >"$d/slurmd-tidal$i.out" 2>&1 &
+        # $slurm_nodes nodes, each a slurmd of its own on this host (the components of a
+        # heterogeneous job never share a node: the backfill scheduler plans whole nodes)
+        nodes=""
+        i=0
+        while [ $i -lt "$slurm_nodes" ]; do
+            echo "NodeName=tidal$i NodeHostname=$host NodeAddr=127.0.0.1 Port=$((base + 1 + i * 10)) CPUs=8 RealMemory=4000 State=UNKNOWN" >>"$d/slurm.conf"
+            nodes="$nodes${nodes:+,}tidal$i"
+            i=$((i + 1))
+        done
+        echo "PartitionName=debug Nodes=$nodes Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES" >>"$d/slurm.conf"
+        SLURM_CONF=$d/slurm.conf
+        export SLURM_CONF
+        slurmctld -D -i >"$d/slurmctld.out" 2>&1 &
         slurm_pids="$slurm_pids $!"
-        i=$((i + 1))
+        i=0
+        while [ $i -lt "$slurm_nodes" ]; do
+            slurmd -D -N tidal$i >"$d/slurmd-tidal$i.out" 2>&1 &
+            slurm_pids="$slurm_pids $!"
+            i=$((i + 1))
+        done
+        # up to 40 s for the nodes to come up idle. A daemon that dies (a port taken by another
+        # test between our check and its bind) means another attempt on other ports; sinfo is
+        # bounded, since with no controller it waits MessageTimeout per call.
+        n=0
+        dead=""
+        while [ $n -lt 200 ]; do
+            for p in $slurm_pids; do kill -0 "$p" 2>/dev/null || dead=$p; done
+            [ -n "$dead" ] && break
+            st=`timeout 5 sinfo -h -o %T 2>/dev/null | sort -u | tr '\n' ' '`
+            [ "$st" = "idle " ] && return 0
+            sleep 0.2; n=$((n + 1))
+        done
+        slurm_why="the nodes did not come up (state '$st'${dead:+, a daemon exited}): `tail -n 2 "$d/slurmctld.log" "$d"/slurmd-*.log 2>/dev/null | tr '\n' ' '`"
+        for p in $slurm_pids; do [ "$p" = "$munge_pid" ] || kill -KILL "$p" 2>/dev/null; done
+        slurm_pids=$munge_pid
+        rm -rf "$d/state"/* "$d/spool"/*/* 2>/dev/null
+        [ $attempt -lt 3 ] || return 1
     done
-    n=0
-    while [ $n -lt 150 ]; do
-        st=`sinfo -h -o %T 2>/dev/null | sort -u | tr '\n' ' '`
-        [ "$st" = "idle " ] && return 0
-        sleep 0.2; n=$((n + 1))
-    done
-    slurm_why="the nodes did not come up (state '$st'): `tail -n 2 "$d/slurmctld.log" "$d"/slurmd-*.log 2>/dev/null | tr '\n' ' '`"
-    return 1
 }
 
 # slurm_submit DESC SBATCH-ARGS...: submits, sets $slurm_id; on failure a failed point naming
