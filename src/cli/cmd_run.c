@@ -104,10 +104,14 @@ typedef struct run {
     realloc_opts_t ropts;
     int workers, min_train, min_serve;
     int role[RUN_MAX_WORKERS + 1];
+    bool moved[RUN_MAX_WORKERS + 1]; /* sent to serving by a resize (not by training's end) */
     run_members_t m;              /* the membership, as of the last resize sent */
     int pending;                  /* reports a resize still waits for */
     double decided_at, last_decide, last_row, row_every;
     double realloc_ms[4096];
+    double over_budget[4096];  /* each move's time over (the step it waited for + 10 ms) */
+    double last_step_at, step_ms; /* when the last step report came, how long that step took */
+    double budget_ms;          /* of the resize in flight */
     int nrealloc;
     bool training_done;
     bool fixed; /* --ckpt: serving keeps those weights */
@@ -205,6 +209,7 @@ static tdl_status_t train_phase(run_t *R, gfc_runtime_t *rt, serve_worker_t *w, 
                 }
             }
             if (lead && st == TDL_OK) {
+                TDL_DEBUG("step %lld done", (long long)step);
                 /* a resize first, even after the last step: joiners are waiting for it */
                 bool got = false;
                 serve_ctl_msg_t msg;
@@ -234,6 +239,7 @@ static tdl_status_t train_phase(run_t *R, gfc_runtime_t *rt, serve_worker_t *w, 
                 return TDL_OK;
             }
             if (dec.op == DEC_DONE || (dec.op == DEC_RESIZE && !in_members(&dec, me))) {
+                TDL_INFO("leaves training after step %lld", (long long)step);
                 *serving = true;
                 return report(w, REP_LEFT, me, step, NAN, 0, NULL);
             }
@@ -360,6 +366,9 @@ static tdl_status_t on_report(run_t *R, serve_coord_t *c, int w, const run_repor
     case REP_STEP:
         if (!R->seen_step)
             R->first_step = r->step - 1, R->seen_step = true;
+        else
+            R->step_ms = (now - R->last_step_at) * 1e3;
+        R->last_step_at = now;
         R->step = r->step, R->loss = r->loss;
         if (R->losses)
             fprintf(R->losses, "%lld,%.7g,%d\n", (long long)r->step, r->loss, r->members);
@@ -388,12 +397,17 @@ static tdl_status_t on_report(run_t *R, serve_coord_t *c, int w, const run_repor
             }
         return TDL_OK;
     case REP_LEFT:
+        TDL_INFO("rank %d serves, %.1f ms after the decision", w, (now - R->decided_at) * 1e3);
         R->role[w] = ROLE_SERVE;
         R->pending--;
         /* moves decided while the workers were still starting up say nothing of a step */
-        if (R->nrealloc < (int)TDL_ARRAY_SIZE(R->realloc_ms) && !R->training_done &&
-            R->decided_after_start)
-            R->realloc_ms[R->nrealloc++] = (now - R->decided_at) * 1e3;
+        if (R->nrealloc < (int)TDL_ARRAY_SIZE(R->realloc_ms) && R->moved[w] &&
+            R->decided_after_start) {
+            int k = R->nrealloc++;
+            R->realloc_ms[k] = (now - R->decided_at) * 1e3;
+            R->over_budget[k] = R->realloc_ms[k] / R->budget_ms;
+        }
+        R->moved[w] = false;
         tdl_status_t st = sched_set_available(c->sched, w - 1, true);
         return st == TDL_OK ? sched_kick(c->sched, now) : st;
     case REP_JOINED:
@@ -421,6 +435,7 @@ static tdl_status_t reallocate(run_t *R, serve_coord_t *c, int serving, int targ
         while (serving + moved < target && next.n > 1) {
             int r = next.ranks[--next.n];
             R->role[r] = ROLE_TO_SERVE;
+            R->moved[r] = true;
             moved++;
         }
         if (!moved)
@@ -458,7 +473,9 @@ static tdl_status_t reallocate(run_t *R, serve_coord_t *c, int serving, int targ
     }
     TDL_INFO("realloc: %d serving -> %d (%d training)", serving, target, (int)next.n);
     R->decided_at = now;
-    R->decided_after_start = R->seen_step;
+    R->decided_after_start = R->seen_step && R->step_ms > 0;
+    /* the target: at most the training step under way (as long as the last one) plus 10 ms */
+    R->budget_ms = R->step_ms + 10;
     R->m = next;
     return send_members(c, leader, OP_RESIZE, &next);
 }
@@ -583,6 +600,7 @@ static void run_finish(void *user, serve_coord_t *c)
     double elapsed = tdl_clock_s() - c->t0;
     write_row(R, c, elapsed);
     qsort(R->realloc_ms, (size_t)R->nrealloc, sizeof(double), cmp_double);
+    qsort(R->over_budget, (size_t)R->nrealloc, sizeof(double), cmp_double);
     if (R->timeline)
         fclose(R->timeline);
     if (R->losses)
@@ -594,6 +612,11 @@ static void run_finish(void *user, serve_coord_t *c)
            serve_quantile(R->realloc_ms, (size_t)R->nrealloc, 0.5),
            serve_quantile(R->realloc_ms, (size_t)R->nrealloc, 0.95), (long long)R->step, R->loss,
            R->latest[0] ? R->latest : "(none)");
+    printf("tidal run: moves to serving against one training step + 10 ms: p50 %.2f, p95 %.2f, "
+           "worst %.2f of it (%d moves)\n",
+           serve_quantile(R->over_budget, (size_t)R->nrealloc, 0.5),
+           serve_quantile(R->over_budget, (size_t)R->nrealloc, 0.95),
+           R->nrealloc ? R->over_budget[R->nrealloc - 1] : 0.0, R->nrealloc);
     printf("tidal run: training: %lld steps in this job, %.1f images/s over %.1f s\n",
            (long long)(R->step - R->first_step),
            elapsed > 0 ? (double)(R->step - R->first_step) * R->opts.batch / elapsed : 0.0,
