@@ -750,9 +750,12 @@ static int run_run(tdl_params_t *params, int npos, char **pos)
     R.min_train = (int)tdl_param_int(params, "min-train");
     R.min_serve = (int)tdl_param_int(params, "min-serve");
     R.row_every = tdl_param_double(params, "timeline-every");
+    /* the launcher's word for the world, before MPI starts: mpirun's, or srun's */
     const char *size = getenv("OMPI_COMM_WORLD_SIZE");
-    int world = size ? atoi(size) : 0;
-    if (world && world < 2)
+    if (!size)
+        size = getenv("SLURM_NTASKS");
+    int world = size ? atoi(size) : 1;
+    if (world < 2)
         return cli_usage_error("'tidal run' needs at least 2 ranks (mpirun -np 4 tidal run): "
                                "rank 0 coordinates, the others train and serve");
     if (world > RUN_MAX_WORKERS + 1)
@@ -763,10 +766,12 @@ static int run_run(tdl_params_t *params, int npos, char **pos)
         return CLI_EXIT_FAILURE;
     }
     char trace[1200];
-    if (!tdl_param_str(params, "trace") && tdl_param_bool(params, "demo") && world) {
+    if (!tdl_param_str(params, "trace") && tdl_param_bool(params, "demo")) {
         R.workers = world - 1;
         /* rank 0 writes it and replays it; every rank names it, as with --trace */
         const char *rank = getenv("OMPI_COMM_WORLD_RANK");
+        if (!rank)
+            rank = getenv("SLURM_PROCID");
         snprintf(trace, sizeof(trace), "%s/demo-trace.jsonl", R.out);
         if ((!rank || !strcmp(rank, "0")) &&
             (st = demo_trace(&R, params, trace, sizeof(trace))) != TDL_OK) {
