@@ -629,7 +629,8 @@ static void run_finish(void *user, serve_coord_t *c)
              "plot '%s/timeline.csv' using 1:2 with steps title 'serving', '' using 1:3 with "
              "steps title 'training'; set ylabel 'images/s'; plot '' using 1:7 with lines "
              "title 'training images/s'; set ylabel 'requests'; set xlabel 'seconds'; "
-             "plot '' using 1:4 with lines title 'queued', '' using 1:10 with steps title "
+             "plot '' using 1:5 with steps title 'requests in the scheduler', '' using 1:4 with "
+             "lines title 'waiting in the queue', '' using 1:10 with steps title "
              "'SLO violations'; unset multiplot\" 2>/dev/null",
              R->out, R->out);
     if (system(cmd) != 0)
@@ -695,9 +696,11 @@ static tdl_status_t demo_trace(const run_t *R, tdl_params_t *params, char *path,
     wc.seed = R->opts.seed;
     wc.mix[0] = 0.8, wc.mix[1] = 0.2, wc.mix[2] = 0; /* 32 and 64 pixels */
     wc.steps[0] = wc.steps[1] = (int)tdl_param_int(params, "steps");
-    /* loads of the built-in cost model's capacity, which is about ten times what a small
-     * machine shared with training serves: bursts of about 1 request/s on 3 workers */
-    const double load[] = {0.01, 0.06, 0.01, 0.06, 0.01}, secs[] = {20, 10, 25, 10, 20};
+    /* loads of the built-in cost model's capacity (about 5 requests/s of this mix on 3
+     * workers), which is several times what a small machine shared with training serves:
+     * 0.2 requests/s between bursts of 1.5/s; deadlines 8x the model's single-rank time */
+    const double load[] = {0.04, 0.3, 0.04, 0.3, 0.04}, secs[] = {20, 10, 25, 10, 20};
+    wc.alpha[0] = wc.alpha[1] = wc.alpha[2] = 8;
     wc.nphases = 5;
     for (int i = 0; i < wc.nphases; i++)
         wc.phase_load[i] = load[i], wc.phase_s[i] = secs[i];
