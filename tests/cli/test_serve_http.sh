@@ -154,8 +154,13 @@ head -c 3000000 /dev/zero | tr '\0' ' ' >"$dir/3m"
 expect 413 body "a 3 MB body" -X POST "$mainbase/v1/images" --data-binary @"$dir/3m"
 expect 413 body "a 3 MB chunked body (no length)" -X POST -H 'Transfer-Encoding: chunked' \
     "$mainbase/v1/images" --data-binary @"$dir/3m"
-expect 413 body "a 3 MB body without Expect: 100-continue" -X POST -H 'Expect:' \
-    "$mainbase/v1/images" --data-binary @"$dir/3m"
+# the server answers 413 and closes while curl is still sending: curl may then report the send
+# failure (code 000) although the answer arrived; the answer is what counts
+got=`curl -s -o "$dir/body" -w '%{http_code}' -X POST -H 'Expect:' "$mainbase/v1/images" \
+    --data-binary @"$dir/3m"`
+answered=no
+case $got in 413 | 000) grep -q '"error":"the body is larger than .*"field":"body"' "$dir/body" && answered=yes ;; esac
+check "a 3 MB body without Expect: 100-continue -> 413 naming 'body' (curl: $got)" [ $answered = yes ]
 expect 404 path "an unknown path" "$mainbase/nope"
 expect 404 path "the root" "$mainbase/"
 expect 404 path "/v1/images/ with no id" "$mainbase/v1/images/"
