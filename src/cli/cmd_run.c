@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -125,20 +124,17 @@ typedef struct run {
     bool decided_after_start; /* the resize in flight was decided after the first step */
 } run_t;
 
-static bool in_members(const run_members_t *m, int r)
-{
-    for (uint32_t i = 0; i < m->n; i++)
-        if (m->ranks[i] == r)
-            return true;
-    return false;
-}
-
 static int index_in(const run_members_t *m, int r)
 {
     for (uint32_t i = 0; i < m->n; i++)
         if (m->ranks[i] == r)
             return (int)i;
     return -1;
+}
+
+static bool in_members(const run_members_t *m, int r)
+{
+    return index_in(m, r) >= 0;
 }
 
 /* ---- the workers ---------------------------------------------------------------------------- */
@@ -299,11 +295,8 @@ static tdl_status_t run_worker(void *user, tdl_params_t *params, gfc_runtime_t *
             char path[SERVE_USER_BYTES + 1];
             memcpy(path, msg.data, msg.len);
             path[msg.len] = '\0';
-            tdl_status_t rst = reload(serve_model, path); /* a bad file keeps the old weights */
-            if (rst != TDL_OK)
+            if (reload(serve_model, path) != TDL_OK) /* a bad file keeps the old weights */
                 TDL_WARN("rank %d: serving keeps its weights: %s", me, tdl_error_get());
-            else
-                snprintf(R->latest, sizeof(R->latest), "%.*s", (int)sizeof(R->latest) - 1, path);
         } else {
             st = tdl_error_raise(TDL_ERR_INTERNAL, "rank %d: command %u it cannot take", me,
                                  msg.op);
@@ -668,24 +661,6 @@ static tdl_status_t run_model(void *user, tdl_params_t *params, int rank, dit_mo
     return st;
 }
 
-static tdl_status_t mkdirs(const char *path)
-{
-    char buf[1100];
-    snprintf(buf, sizeof(buf), "%s", path);
-    for (char *p = buf + 1;; p++) {
-        if (*p == '/' || !*p) {
-            char c = *p;
-            *p = '\0';
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-                return tdl_error_raise(TDL_ERR_IO, "cannot create directory '%s': %s", buf,
-                                       strerror(errno));
-            if (!(*p = c))
-                break;
-        }
-    }
-    return TDL_OK;
-}
-
 /* Without --trace and with HTTP off: a demo trace with bursts, from tidal workload. */
 static tdl_status_t demo_trace(const run_t *R, tdl_params_t *params, char *path, size_t size)
 {
@@ -763,7 +738,7 @@ static int run_run(tdl_params_t *params, int npos, char **pos)
                                "rank 0 coordinates, the others train and serve");
     if (world > RUN_MAX_WORKERS + 1)
         return cli_usage_error("'tidal run' takes at most %d ranks for now", RUN_MAX_WORKERS + 1);
-    tdl_status_t st = mkdirs(R.ckpt_dir);
+    tdl_status_t st = tdl_mkdir_p(R.ckpt_dir);
     if (st != TDL_OK) {
         fprintf(stderr, "tidal: run: %s\n", tdl_error_get());
         return CLI_EXIT_FAILURE;

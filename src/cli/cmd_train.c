@@ -83,25 +83,6 @@ static const tdl_param_def_t train_params[] = {
      "output directory (loss.csv, loss.png, model.h5 with model and EMA weights)", NULL, 1, 0},
 };
 
-static tdl_status_t mkdir_p(const char *path)
-{
-    char buf[1024];
-    snprintf(buf, sizeof(buf), "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p == '/') {
-            *p = '\0';
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-                return tdl_error_raise(TDL_ERR_IO, "cannot create directory '%s': %s", buf,
-                                       strerror(errno));
-            *p = '/';
-        }
-    }
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-        return tdl_error_raise(TDL_ERR_IO, "cannot create directory '%s': %s", buf,
-                               strerror(errno));
-    return TDL_OK;
-}
-
 /* SIGTERM and SIGUSR1 (Slurm's --signal=B:USR1@60 before a preemption): finish the step, write
  * a checkpoint, exit 0. A second signal exits at once; checkpoints on disk are complete files
  * or the previous ones, whatever moment it comes. */
@@ -245,7 +226,7 @@ static int train_run(tdl_params_t *params, int npos, char **pos)
     if ((st = train_trainer_create(&o, &tr)) != TDL_OK)
         goto out;
     /* every rank writes its own gradient files */
-    if (o.dump_grads && (st = mkdir_p(o.dump_grads)) != TDL_OK)
+    if (o.dump_grads && (st = tdl_mkdir_p(o.dump_grads)) != TDL_OK)
         goto out;
     char from[1100] = "";
     if (!strcmp(resume, "auto")) {
@@ -259,7 +240,7 @@ static int train_run(tdl_params_t *params, int npos, char **pos)
     if (st != TDL_OK)
         goto out;
     if (me.rank == 0) {
-        if ((st = mkdir_p(out_dir)) != TDL_OK || (st = mkdir_p(ckpt_dir)) != TDL_OK)
+        if ((st = tdl_mkdir_p(out_dir)) != TDL_OK || (st = tdl_mkdir_p(ckpt_dir)) != TDL_OK)
             goto out;
         if (from[0])
             printf("tidal train: resumed from %s at step %lld\n", from,

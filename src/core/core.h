@@ -202,6 +202,8 @@ float tdl_f16_to_f32(uint16_t h);
 /* Publishes a file written under `tmp` (open as fd): fsync, close, rename over path, fsync of
  * the directory. fd is closed in every case; on failure tmp is removed and path is unchanged. */
 tdl_status_t tdl_file_commit(int fd, const char *tmp, const char *path);
+/* Creates the directory and its missing parents (mkdir -p); existing ones are fine. */
+tdl_status_t tdl_mkdir_p(const char *path);
 
 /* ---- small helpers ----------------------------------------------------------------------- */
 

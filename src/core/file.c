@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/core.h"
@@ -48,4 +49,22 @@ tdl_status_t tdl_file_commit(int fd, const char *tmp, const char *path)
     }
     file_sync_dir(path);
     return TDL_OK;
+}
+
+tdl_status_t tdl_mkdir_p(const char *path)
+{
+    char buf[PATH_MAX];
+    if (snprintf(buf, sizeof(buf), "%s", path) >= (int)sizeof(buf))
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "directory name too long: '%s'", path);
+    for (char *p = buf + 1;; p++) {
+        if (*p != '/' && *p)
+            continue;
+        char c = *p;
+        *p = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return tdl_error_raise(TDL_ERR_IO, "cannot create directory '%s': %s", buf,
+                                   strerror(errno));
+        if (!(*p = c))
+            return TDL_OK;
+    }
 }

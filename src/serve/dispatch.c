@@ -76,9 +76,8 @@ struct serve_worker {
     gfc_request_t *pending;    /* the receive of command seq, once posted */
     serve_cmd_t cmd;
 };
-typedef serve_worker_t executor_t;
 
-static held_t *held_find(executor_t *e, uint64_t id)
+static held_t *held_find(serve_worker_t *e, uint64_t id)
 {
     for (int i = 0; i < e->nheld; i++)
         if (e->held[i].used && e->held[i].t.spec.id == id)
@@ -86,7 +85,7 @@ static held_t *held_find(executor_t *e, uint64_t id)
     return NULL;
 }
 
-static tdl_status_t held_add(executor_t *e, const serve_traj_spec_t *spec, held_t **out)
+static tdl_status_t held_add(serve_worker_t *e, const serve_traj_spec_t *spec, held_t **out)
 {
     held_t *h = NULL;
     for (int i = 0; i < e->nheld && !h; i++)
@@ -117,7 +116,7 @@ static void held_drop(held_t *h)
     }
 }
 
-static tdl_status_t run_task(executor_t *e, const serve_cmd_t *c)
+static tdl_status_t run_task(serve_worker_t *e, const serve_cmd_t *c)
 {
     int me = e->me;
     bool in_new = member(c->ranks, c->nranks, me), in_prev = member(c->prev, c->nprev, me);
@@ -153,7 +152,7 @@ static tdl_status_t run_task(executor_t *e, const serve_cmd_t *c)
 }
 
 /* The lead's report: the PNG after DECODE (empty when it failed), else a status word. */
-static tdl_status_t report(executor_t *e, const serve_cmd_t *c, tdl_status_t st)
+static tdl_status_t report(serve_worker_t *e, const serve_cmd_t *c, tdl_status_t st)
 {
     gfc_group_t back;
     int pair[2] = {0, e->me};
