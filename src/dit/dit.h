@@ -62,6 +62,7 @@ typedef struct dit_view {
 } dit_view_t;
 
 typedef struct dit_acts dit_acts_t;
+struct dit_backend;
 
 typedef struct dit_model {
     dit_config_t config;
@@ -75,11 +76,36 @@ typedef struct dit_model {
     tensor_arena_t arena;
     dit_acts_t *acts;                 /* the last forward's activations */
     int batch, grid_h, grid_w;        /* shapes of the last forward */
+    /* Where the layers run (src/dit/backend.h). params and grads above stay the host's copies,
+     * which everything outside src/dit reads and writes; on a device the model keeps its own
+     * (dparams, dgrads): the forward uploads params after dit_model_params_changed, and the
+     * backward adds the device's gradient into grads. */
+    struct dit_backend *be;
+    float *dparams, *dgrads;          /* the device's copies (== params, grads on the CPU) */
+    dit_view_t dp, dg;                /* views of dparams and dgrads */
+    float *hstage, *hpos, *hfreq;     /* host staging for a device */
+    bool params_stale;                /* params changed since the device's copy was made */
 } dit_model_t;
+
+/* The backend named by `device`: "cpu", or "cuda" on GPU `gpu` (-1: the node-local rank's GPU,
+ * modulo the visible ones, so one rank per GPU under mpirun or srun). A build without CUDA, or
+ * a node without a GPU, gives an error that says so. */
+tdl_status_t dit_backend_open(const char *device, int gpu, struct dit_backend **backend_out);
+void dit_backend_close(struct dit_backend *backend);
+/* "cpu" or "cuda", and its GPU index (-1 on the CPU). */
+const char *dit_backend_name(const struct dit_backend *backend);
+int dit_backend_gpu(const struct dit_backend *backend);
 
 /* Sizes the activation arena for up to max_batch images of up to max_resolution pixels a side. */
 tdl_status_t dit_model_create(const dit_config_t *config, int max_batch, int max_resolution,
                               dit_model_t **model_out);
+/* The same on a backend from dit_backend_open (NULL: the CPU); the model owns it from then on,
+ * also when this fails. */
+tdl_status_t dit_model_create_on(const dit_config_t *config, int max_batch, int max_resolution,
+                                 struct dit_backend *backend, dit_model_t **model_out);
+/* To be called after writing model->params (an optimizer step, a load): the next forward on a
+ * device copies them there. */
+void dit_model_params_changed(dit_model_t *model);
 void dit_model_free(dit_model_t *model);
 /* The reference's initialization: Xavier-uniform linears with zero biases, normal(0.02) label
  * table and timestep MLP, zeroed adaLN modulations and output layer. Reproducible from seed. */

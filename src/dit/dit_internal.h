@@ -2,6 +2,7 @@
 #ifndef TIDAL_DIT_INTERNAL_H
 #define TIDAL_DIT_INTERNAL_H
 
+#include "dit/backend.h"
 #include "dit/dit.h"
 
 /* out[N,D], mean[N], rstd[N] = LayerNorm(in[N,D]) without affine, eps 1e-6 */

@@ -110,6 +110,9 @@ struct dit_acts {
     float *dtok, *dmf, *dlnf, *dx, *dx_in, *dmodf, *dc_silu, *dc, *dt_act, *dt_h;
     float *dfc2, *dgelu, *dfc1, *dm2, *dln2, *dx1, *dattn, *datty, *dqkv, *dm1, *dln1, *dmod;
     float *att_scratch;
+    /* on a device: the input, output and output gradient images, and the labels */
+    float *x_dev, *out_dev, *dout_dev;
+    int *y_dev;
 };
 
 typedef struct {
@@ -163,15 +166,56 @@ static void acts_plan(const dit_model_t *m, dit_acts_t *s, acts_alloc_t *a, int 
     s->dm2 = take(a, bt * d), s->dln2 = take(a, bt * d), s->dx1 = take(a, bt * d);
     s->dattn = take(a, bt * d), s->datty = take(a, bt * d), s->dqkv = take(a, bt * 3 * d);
     s->dm1 = take(a, bt * d), s->dln1 = take(a, bt * d), s->dmod = take(a, b * 6 * d);
-    s->att_scratch = take(a, (size_t)t * t);
+    s->att_scratch = take(a, m->be->attention_scratch(b, t, c->num_heads));
+    if (!m->be->host_memory) {
+        s->x_dev = take(a, bt * pd), s->out_dev = take(a, bt * pd), s->dout_dev = take(a, bt * pd);
+        s->y_dev = (int *)take(a, (size_t)b); /* an int is a float's size */
+    }
 }
 
 tdl_status_t dit_model_create(const dit_config_t *config, int max_batch, int max_resolution,
                               dit_model_t **model_out)
 {
+    return dit_model_create_on(config, max_batch, max_resolution, NULL, model_out);
+}
+
+/* The device's copies of params and grads, its activation arena and the host staging. */
+static tdl_status_t model_device_init(dit_model_t *m, size_t arena_floats)
+{
+    dit_backend_t *be = m->be;
+    if (be->host_memory) {
+        m->dparams = m->params, m->dgrads = m->grads;
+        m->dp = m->p, m->dg = m->g;
+        return tensor_arena_init(&m->arena, arena_floats);
+    }
+    const dit_config_t *c = &m->config;
+    size_t pos = (size_t)m->max_tokens * c->hidden_size;
+    size_t stage = TDL_MAX(m->num_params, pos + (size_t)m->max_batch * DIT_FREQ_DIM);
+    m->dparams = be->alloc(be->ctx, m->num_params);
+    m->dgrads = m->dparams ? be->alloc(be->ctx, m->num_params) : NULL;
+    m->arena.base = m->dgrads ? be->alloc(be->ctx, arena_floats) : NULL;
+    m->hstage = tensor_alloc(stage);
+    if (!m->arena.base)
+        return TDL_ERR_NOMEM; /* the backend said what failed */
+    if (!m->hstage)
+        return tdl_error_raise(TDL_ERR_NOMEM, "DiT: no host staging for the %s backend",
+                               be->name);
+    m->arena.capacity = arena_floats, m->arena.used = 0;
+    m->hpos = m->hstage, m->hfreq = m->hstage + pos;
+    view_bind(m, &m->dp, m->dparams);
+    view_bind(m, &m->dg, m->dgrads);
+    m->params_stale = true;
+    return TDL_OK;
+}
+
+tdl_status_t dit_model_create_on(const dit_config_t *config, int max_batch, int max_resolution,
+                                 dit_backend_t *be, dit_model_t **model_out)
+{
     tdl_status_t st = dit_config_check(config);
-    if (st != TDL_OK)
+    if (st != TDL_OK) {
+        dit_backend_close(be);
         return st;
+    }
     if (max_batch < 1 || max_resolution < config->patch_size ||
         max_resolution % config->patch_size)
         return tdl_error_raise(TDL_ERR_INVALID_ARG,
@@ -179,8 +223,11 @@ tdl_status_t dit_model_create(const dit_config_t *config, int max_batch, int max
                                "multiple of patch %d",
                                max_batch, max_resolution, config->patch_size);
     dit_model_t *m = calloc(1, sizeof(*m));
-    if (!m)
+    if (!m) {
+        dit_backend_close(be);
         return tdl_error_raise(TDL_ERR_NOMEM, "DiT: out of memory");
+    }
+    m->be = be ? be : (dit_backend_t *)dit_backend_cpu();
     m->config = *config;
     m->max_batch = max_batch;
     int g = max_resolution / config->patch_size;
@@ -188,6 +235,12 @@ tdl_status_t dit_model_create(const dit_config_t *config, int max_batch, int max
     m->infos = calloc((size_t)(11 + 10 * config->depth), sizeof(*m->infos));
     m->p.blocks = calloc((size_t)config->depth, sizeof(dit_block_view_t));
     m->g.blocks = calloc((size_t)config->depth, sizeof(dit_block_view_t));
+    if (!m->be->host_memory) {
+        m->dp.blocks = calloc((size_t)config->depth, sizeof(dit_block_view_t));
+        m->dg.blocks = calloc((size_t)config->depth, sizeof(dit_block_view_t));
+        if (!m->dp.blocks || !m->dg.blocks)
+            goto err_nomem;
+    }
     m->acts = calloc(1, sizeof(dit_acts_t));
     if (m->acts)
         m->acts->blocks = calloc((size_t)config->depth, sizeof(block_acts_t));
@@ -203,7 +256,7 @@ tdl_status_t dit_model_create(const dit_config_t *config, int max_batch, int max
     view_bind(m, &m->g, m->grads);
     acts_alloc_t count = {.arena = NULL};
     acts_plan(m, m->acts, &count, max_batch, m->max_tokens);
-    if ((st = tensor_arena_init(&m->arena, count.count + 64)) != TDL_OK) {
+    if ((st = model_device_init(m, count.count + 64)) != TDL_OK) {
         dit_model_free(m);
         return st;
     }
@@ -218,7 +271,16 @@ void dit_model_free(dit_model_t *m)
 {
     if (!m)
         return;
-    tensor_arena_free(&m->arena);
+    if (m->be && !m->be->host_memory) {
+        m->be->release(m->be->ctx, m->arena.base);
+        m->be->release(m->be->ctx, m->dgrads);
+        m->be->release(m->be->ctx, m->dparams);
+        free(m->hstage);
+        free(m->dp.blocks);
+        free(m->dg.blocks);
+    } else {
+        tensor_arena_free(&m->arena);
+    }
     if (m->acts) {
         free(m->acts->y);
         free(m->acts->blocks);
@@ -229,7 +291,13 @@ void dit_model_free(dit_model_t *m)
     free(m->g.blocks);
     free(m->p.blocks);
     free(m->infos);
+    dit_backend_close(m->be);
     free(m);
+}
+
+void dit_model_params_changed(dit_model_t *m)
+{
+    m->params_stale = true;
 }
 
 /* ---- initialization ------------------------------------------------------------------------ */
@@ -290,6 +358,9 @@ tdl_status_t dit_model_forward(dit_model_t *m, const float *x, const float *t, c
                                    s, c->num_classes);
     int gh = h / p, gw = w / p, t_ = gh * gw, bt = b * t_;
     dit_acts_t *a = m->acts;
+    dit_backend_t *be = m->be;
+    void *X = be->ctx;
+    bool host = be->host_memory;
     acts_alloc_t al = {.arena = &m->arena, .ok = true};
     tensor_arena_reset(&m->arena);
     acts_plan(m, a, &al, b, t_);
@@ -297,26 +368,36 @@ tdl_status_t dit_model_forward(dit_model_t *m, const float *x, const float *t, c
         return tdl_error_raise(TDL_ERR_INTERNAL, "DiT forward: activation arena too small");
     m->batch = b, m->grid_h = gh, m->grid_w = gw;
     memcpy(a->y, y, (size_t)b * sizeof(int));
-    const dit_view_t *v = &m->p;
+    if (!host && m->params_stale) {
+        be->upload(X, m->dparams, m->params, m->num_params);
+        m->params_stale = false;
+    }
+    const dit_view_t *v = &m->dp;
+    const int *labels = a->y;
+    const float *image = x;
+    if (!host) {
+        be->upload(X, (float *)a->y_dev, (const float *)y, (size_t)b);
+        be->upload(X, a->x_dev, x, (size_t)bt * pd);
+        labels = a->y_dev, image = a->x_dev;
+    }
 
-    /* tokens: patch embedding + position */
-    dit_patchify(a->patches, x, b, c->in_channels, h, w, p);
-    tensor_linear_forward(a->x0, a->patches, v->patch_w, v->patch_b, bt, pd, d);
-    dit_pos_embed(a->pos, gh, gw, d);
-    for (int s = 0; s < b; s++)
-        for (size_t i = 0; i < (size_t)t_ * d; i++)
-            a->x0[(size_t)s * t_ * d + i] += a->pos[i];
+    /* tokens: patch embedding + position (the embedding tables are computed on the host) */
+    be->patchify(X, a->patches, image, b, c->in_channels, h, w, p);
+    be->linear_forward(X, a->x0, a->patches, v->patch_w, v->patch_b, bt, pd, d);
+    dit_pos_embed(host ? a->pos : m->hpos, gh, gw, d);
+    if (!host)
+        be->upload(X, a->pos, m->hpos, (size_t)t_ * d);
+    be->add_rows(X, a->x0, a->pos, b, (size_t)t_ * d);
 
     /* conditioning: c = MLP(freq(t)) + table[y] */
-    dit_timestep_embedding(a->freq, t, b);
-    tensor_linear_forward(a->t_h, a->freq, v->t0_w, v->t0_b, b, DIT_FREQ_DIM, d);
-    dit_silu_forward(a->t_act, a->t_h, (size_t)b * d);
-    tensor_linear_forward(a->t_emb, a->t_act, v->t2_w, v->t2_b, b, d, d);
-    for (int s = 0; s < b; s++)
-        for (int j = 0; j < d; j++)
-            a->c[(size_t)s * d + j] =
-                a->t_emb[(size_t)s * d + j] + v->label_table[(size_t)y[s] * d + j];
-    dit_silu_forward(a->c_silu, a->c, (size_t)b * d);
+    dit_timestep_embedding(host ? a->freq : m->hfreq, t, b);
+    if (!host)
+        be->upload(X, a->freq, m->hfreq, (size_t)b * DIT_FREQ_DIM);
+    be->linear_forward(X, a->t_h, a->freq, v->t0_w, v->t0_b, b, DIT_FREQ_DIM, d);
+    be->silu_forward(X, a->t_act, a->t_h, (size_t)b * d);
+    be->linear_forward(X, a->t_emb, a->t_act, v->t2_w, v->t2_b, b, d, d);
+    be->embed_labels(X, a->c, a->t_emb, v->label_table, labels, b, d);
+    be->silu_forward(X, a->c_silu, a->c, (size_t)b * d);
 
     /* blocks */
     const float *xin = a->x0;
@@ -324,37 +405,34 @@ tdl_status_t dit_model_forward(dit_model_t *m, const float *x, const float *t, c
         const dit_block_view_t *bv = &v->blocks[l];
         block_acts_t *k = &a->blocks[l];
         float *mod = k->mod;
-        tensor_linear_forward(mod, a->c_silu, bv->ada_w, bv->ada_b, b, d, 6 * d);
-        dit_layernorm_forward(k->ln1, k->ln1_mean, k->ln1_rstd, xin, bt, d);
-        dit_modulate_forward(k->m1, k->ln1, mod, mod + d, 6 * d, b, t_, d);
-        tensor_linear_forward(k->qkv, k->m1, bv->qkv_w, bv->qkv_b, bt, d, 3 * d);
-        dit_attention_forward(k->atty, k->att, k->qkv, b, t_, d, nh);
-        tensor_linear_forward(k->attn_out, k->atty, bv->proj_w, bv->proj_b, bt, d, d);
-        dit_gate_residual_forward(k->x1, xin, mod + 2 * d, k->attn_out, 6 * d, b, t_, d);
-        dit_layernorm_forward(k->ln2, k->ln2_mean, k->ln2_rstd, k->x1, bt, d);
-        dit_modulate_forward(k->m2, k->ln2, mod + 3 * d, mod + 4 * d, 6 * d, b, t_, d);
-        tensor_linear_forward(k->fc1, k->m2, bv->fc1_w, bv->fc1_b, bt, d, mh);
-        dit_gelu_forward(k->gelu, k->fc1, (size_t)bt * mh);
-        tensor_linear_forward(k->fc2, k->gelu, bv->fc2_w, bv->fc2_b, bt, mh, d);
-        dit_gate_residual_forward(k->out, k->x1, mod + 5 * d, k->fc2, 6 * d, b, t_, d);
+        be->linear_forward(X, mod, a->c_silu, bv->ada_w, bv->ada_b, b, d, 6 * d);
+        be->layernorm_forward(X, k->ln1, k->ln1_mean, k->ln1_rstd, xin, bt, d);
+        be->modulate_forward(X, k->m1, k->ln1, mod, mod + d, 6 * d, b, t_, d);
+        be->linear_forward(X, k->qkv, k->m1, bv->qkv_w, bv->qkv_b, bt, d, 3 * d);
+        be->attention_forward(X, k->atty, k->att, k->qkv, b, t_, d, nh);
+        be->linear_forward(X, k->attn_out, k->atty, bv->proj_w, bv->proj_b, bt, d, d);
+        be->gate_residual_forward(X, k->x1, xin, mod + 2 * d, k->attn_out, 6 * d, b, t_, d);
+        be->layernorm_forward(X, k->ln2, k->ln2_mean, k->ln2_rstd, k->x1, bt, d);
+        be->modulate_forward(X, k->m2, k->ln2, mod + 3 * d, mod + 4 * d, 6 * d, b, t_, d);
+        be->linear_forward(X, k->fc1, k->m2, bv->fc1_w, bv->fc1_b, bt, d, mh);
+        be->gelu_forward(X, k->gelu, k->fc1, (size_t)bt * mh);
+        be->linear_forward(X, k->fc2, k->gelu, bv->fc2_w, bv->fc2_b, bt, mh, d);
+        be->gate_residual_forward(X, k->out, k->x1, mod + 5 * d, k->fc2, 6 * d, b, t_, d);
         xin = k->out;
     }
 
     /* final layer and unpatchify */
-    tensor_linear_forward(a->modf, a->c_silu, v->final_ada_w, v->final_ada_b, b, d, 2 * d);
-    dit_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, xin, bt, d);
-    dit_modulate_forward(a->mf, a->lnf, a->modf, a->modf + d, 2 * d, b, t_, d);
-    tensor_linear_forward(a->tok, a->mf, v->final_w, v->final_b, bt, d, pd);
-    dit_unpatchify(out, a->tok, b, c->in_channels, h, w, p);
-    return TDL_OK;
+    be->linear_forward(X, a->modf, a->c_silu, v->final_ada_w, v->final_ada_b, b, d, 2 * d);
+    be->layernorm_forward(X, a->lnf, a->lnf_mean, a->lnf_rstd, xin, bt, d);
+    be->modulate_forward(X, a->mf, a->lnf, a->modf, a->modf + d, 2 * d, b, t_, d);
+    be->linear_forward(X, a->tok, a->mf, v->final_w, v->final_b, bt, d, pd);
+    be->unpatchify(X, host ? out : a->out_dev, a->tok, b, c->in_channels, h, w, p);
+    if (!host)
+        be->download(X, out, a->out_dev, (size_t)bt * pd);
+    return be->finish(X);
 }
 
 /* ---- backward ------------------------------------------------------------------------------ */
-
-static void zero(float *p, size_t n)
-{
-    memset(p, 0, n * sizeof(float));
-}
 
 tdl_status_t dit_model_backward(dit_model_t *m, const float *dout)
 {
@@ -367,25 +445,36 @@ tdl_status_t dit_model_backward(dit_model_t *m, const float *dout)
     int t_ = m->grid_h * m->grid_w, bt = b * t_;
     int h = m->grid_h * p, w = m->grid_w * p;
     dit_acts_t *a = m->acts;
-    const dit_view_t *v = &m->p;
-    dit_view_t *gv = &m->g;
+    dit_backend_t *be = m->be;
+    void *X = be->ctx;
+    bool host = be->host_memory;
+    const dit_view_t *v = &m->dp;
+    dit_view_t *gv = &m->dg;
     size_t btd = (size_t)bt * d;
+    const float *grad_out = dout;
+    if (!host) {
+        /* the device's gradient of this pass alone; added into the host's at the end */
+        be->zero(X, m->dgrads, m->num_params);
+        be->upload(X, a->dout_dev, dout, (size_t)bt * pd);
+        grad_out = a->dout_dev;
+    }
 
     /* final layer */
-    zero(a->dtok, (size_t)bt * pd);
-    dit_unpatchify_backward(a->dtok, dout, b, c->in_channels, h, w, p);
-    zero(a->dmf, btd);
-    tensor_linear_backward(a->dmf, gv->final_w, gv->final_b, a->dtok, a->mf, v->final_w, bt, d, pd);
-    zero(a->dlnf, btd);
-    zero(a->dmodf, (size_t)b * 2 * d);
-    dit_modulate_backward(a->dlnf, a->dmodf, a->dmodf + d, a->dmf, a->lnf, a->modf + d, 2 * d, b,
-                          t_, d);
+    be->zero(X, a->dtok, (size_t)bt * pd);
+    be->unpatchify_backward(X, a->dtok, grad_out, b, c->in_channels, h, w, p);
+    be->zero(X, a->dmf, btd);
+    be->linear_backward(X, a->dmf, gv->final_w, gv->final_b, a->dtok, a->mf, v->final_w, bt, d,
+                        pd);
+    be->zero(X, a->dlnf, btd);
+    be->zero(X, a->dmodf, (size_t)b * 2 * d);
+    be->modulate_backward(X, a->dlnf, a->dmodf, a->dmodf + d, a->dmf, a->lnf, a->modf + d, 2 * d,
+                          b, t_, d);
     const float *xlast = c->depth ? a->blocks[c->depth - 1].out : a->x0;
-    zero(a->dx, btd);
-    dit_layernorm_backward(a->dx, a->dlnf, xlast, a->lnf_mean, a->lnf_rstd, bt, d);
-    zero(a->dc_silu, (size_t)b * d);
-    tensor_linear_backward(a->dc_silu, gv->final_ada_w, gv->final_ada_b, a->dmodf, a->c_silu,
-                           v->final_ada_w, b, d, 2 * d);
+    be->zero(X, a->dx, btd);
+    be->layernorm_backward(X, a->dx, a->dlnf, xlast, a->lnf_mean, a->lnf_rstd, bt, d);
+    be->zero(X, a->dc_silu, (size_t)b * d);
+    be->linear_backward(X, a->dc_silu, gv->final_ada_w, gv->final_ada_b, a->dmodf, a->c_silu,
+                        v->final_ada_w, b, d, 2 * d);
 
     /* blocks, last first; a->dx holds d(loss)/d(block output) */
     for (int l = c->depth - 1; l >= 0; l--) {
@@ -394,64 +483,72 @@ tdl_status_t dit_model_backward(dit_model_t *m, const float *dout)
         block_acts_t *k = &a->blocks[l];
         const float *xin = l ? a->blocks[l - 1].out : a->x0;
         float *mod = k->mod;
-        zero(a->dmod, (size_t)b * 6 * d);
+        be->zero(X, a->dmod, (size_t)b * 6 * d);
         /* x_out = x1 + gate_mlp * mlp(modulate(LN(x1))) */
-        zero(a->dx1, btd);
-        zero(a->dfc2, btd);
-        dit_gate_residual_backward(a->dx1, a->dfc2, a->dmod + 5 * d, a->dx, mod + 5 * d, k->fc2,
-                                   6 * d, b, t_, d);
-        zero(a->dgelu, (size_t)bt * mh);
-        tensor_linear_backward(a->dgelu, gb->fc2_w, gb->fc2_b, a->dfc2, k->gelu, bv->fc2_w, bt, mh,
-                               d);
-        zero(a->dfc1, (size_t)bt * mh);
-        dit_gelu_backward(a->dfc1, a->dgelu, k->fc1, (size_t)bt * mh);
-        zero(a->dm2, btd);
-        tensor_linear_backward(a->dm2, gb->fc1_w, gb->fc1_b, a->dfc1, k->m2, bv->fc1_w, bt, d, mh);
-        zero(a->dln2, btd);
-        dit_modulate_backward(a->dln2, a->dmod + 3 * d, a->dmod + 4 * d, a->dm2, k->ln2,
+        be->zero(X, a->dx1, btd);
+        be->zero(X, a->dfc2, btd);
+        be->gate_residual_backward(X, a->dx1, a->dfc2, a->dmod + 5 * d, a->dx, mod + 5 * d,
+                                   k->fc2, 6 * d, b, t_, d);
+        be->zero(X, a->dgelu, (size_t)bt * mh);
+        be->linear_backward(X, a->dgelu, gb->fc2_w, gb->fc2_b, a->dfc2, k->gelu, bv->fc2_w, bt,
+                            mh, d);
+        be->zero(X, a->dfc1, (size_t)bt * mh);
+        be->gelu_backward(X, a->dfc1, a->dgelu, k->fc1, (size_t)bt * mh);
+        be->zero(X, a->dm2, btd);
+        be->linear_backward(X, a->dm2, gb->fc1_w, gb->fc1_b, a->dfc1, k->m2, bv->fc1_w, bt, d,
+                            mh);
+        be->zero(X, a->dln2, btd);
+        be->modulate_backward(X, a->dln2, a->dmod + 3 * d, a->dmod + 4 * d, a->dm2, k->ln2,
                               mod + 4 * d, 6 * d, b, t_, d);
-        dit_layernorm_backward(a->dx1, a->dln2, k->x1, k->ln2_mean, k->ln2_rstd, bt, d);
+        be->layernorm_backward(X, a->dx1, a->dln2, k->x1, k->ln2_mean, k->ln2_rstd, bt, d);
         /* x1 = x + gate_msa * attn(modulate(LN(x))) */
-        zero(a->dx_in, btd);
-        zero(a->dattn, btd);
-        dit_gate_residual_backward(a->dx_in, a->dattn, a->dmod + 2 * d, a->dx1, mod + 2 * d,
+        be->zero(X, a->dx_in, btd);
+        be->zero(X, a->dattn, btd);
+        be->gate_residual_backward(X, a->dx_in, a->dattn, a->dmod + 2 * d, a->dx1, mod + 2 * d,
                                    k->attn_out, 6 * d, b, t_, d);
-        zero(a->datty, btd);
-        tensor_linear_backward(a->datty, gb->proj_w, gb->proj_b, a->dattn, k->atty, bv->proj_w, bt,
-                               d, d);
-        zero(a->dqkv, btd * 3);
-        dit_attention_backward(a->dqkv, a->datty, k->qkv, k->att, a->att_scratch, b, t_, d, nh);
-        zero(a->dm1, btd);
-        tensor_linear_backward(a->dm1, gb->qkv_w, gb->qkv_b, a->dqkv, k->m1, bv->qkv_w, bt, d,
-                               3 * d);
-        zero(a->dln1, btd);
-        dit_modulate_backward(a->dln1, a->dmod, a->dmod + d, a->dm1, k->ln1, mod + d, 6 * d, b, t_,
-                              d);
-        dit_layernorm_backward(a->dx_in, a->dln1, xin, k->ln1_mean, k->ln1_rstd, bt, d);
+        be->zero(X, a->datty, btd);
+        be->linear_backward(X, a->datty, gb->proj_w, gb->proj_b, a->dattn, k->atty, bv->proj_w,
+                            bt, d, d);
+        be->zero(X, a->dqkv, btd * 3);
+        be->attention_backward(X, a->dqkv, a->datty, k->qkv, k->att, a->att_scratch, b, t_, d,
+                               nh);
+        be->zero(X, a->dm1, btd);
+        be->linear_backward(X, a->dm1, gb->qkv_w, gb->qkv_b, a->dqkv, k->m1, bv->qkv_w, bt, d,
+                            3 * d);
+        be->zero(X, a->dln1, btd);
+        be->modulate_backward(X, a->dln1, a->dmod, a->dmod + d, a->dm1, k->ln1, mod + d, 6 * d, b,
+                              t_, d);
+        be->layernorm_backward(X, a->dx_in, a->dln1, xin, k->ln1_mean, k->ln1_rstd, bt, d);
         /* modulation parameters from c */
-        tensor_linear_backward(a->dc_silu, gb->ada_w, gb->ada_b, a->dmod, a->c_silu, bv->ada_w, b,
-                               d, 6 * d);
+        be->linear_backward(X, a->dc_silu, gb->ada_w, gb->ada_b, a->dmod, a->c_silu, bv->ada_w, b,
+                            d, 6 * d);
         float *tmp = a->dx;
         a->dx = a->dx_in;
         a->dx_in = tmp;
     }
 
     /* tokens: the patch embedding (the image itself needs no gradient) */
-    tensor_linear_backward(NULL, gv->patch_w, gv->patch_b, a->dx, a->patches, v->patch_w, bt, pd,
-                           d);
+    be->linear_backward(X, NULL, gv->patch_w, gv->patch_b, a->dx, a->patches, v->patch_w, bt, pd,
+                        d);
 
     /* conditioning */
-    zero(a->dc, (size_t)b * d);
-    dit_silu_backward(a->dc, a->dc_silu, a->c, (size_t)b * d);
-    zero(a->dt_act, (size_t)b * d);
-    tensor_linear_backward(a->dt_act, gv->t2_w, gv->t2_b, a->dc, a->t_act, v->t2_w, b, d, d);
-    zero(a->dt_h, (size_t)b * d);
-    dit_silu_backward(a->dt_h, a->dt_act, a->t_h, (size_t)b * d);
-    tensor_linear_backward(NULL, gv->t0_w, gv->t0_b, a->dt_h, a->freq, v->t0_w, b, DIT_FREQ_DIM,
-                           d);
-    for (int s = 0; s < b; s++)
-        for (int j = 0; j < d; j++)
-            gv->label_table[(size_t)a->y[s] * d + j] += a->dc[(size_t)s * d + j];
+    be->zero(X, a->dc, (size_t)b * d);
+    be->silu_backward(X, a->dc, a->dc_silu, a->c, (size_t)b * d);
+    be->zero(X, a->dt_act, (size_t)b * d);
+    be->linear_backward(X, a->dt_act, gv->t2_w, gv->t2_b, a->dc, a->t_act, v->t2_w, b, d, d);
+    be->zero(X, a->dt_h, (size_t)b * d);
+    be->silu_backward(X, a->dt_h, a->dt_act, a->t_h, (size_t)b * d);
+    be->linear_backward(X, NULL, gv->t0_w, gv->t0_b, a->dt_h, a->freq, v->t0_w, b, DIT_FREQ_DIM,
+                        d);
+    be->embed_labels_backward(X, gv->label_table, a->dc, host ? a->y : a->y_dev, b, d);
+    if (host)
+        return be->finish(X);
+    be->download(X, m->hstage, m->dgrads, m->num_params);
+    tdl_status_t st = be->finish(X);
+    if (st != TDL_OK)
+        return st;
+    for (size_t i = 0; i < m->num_params; i++)
+        m->grads[i] += m->hstage[i];
     return TDL_OK;
 }
 
