@@ -30,6 +30,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The emulation lives in libtidal beside the real backend (--device cuda-emulated): its entry
+ * points get names of their own. */
+#define tdl_gpu_open tdl_emu_gpu_open
+#define tdl_gpu_close tdl_emu_gpu_close
+#define tdl_gpu_stream tdl_emu_gpu_stream
+#define tdl_gpu_alloc tdl_emu_gpu_alloc
+#define tdl_gpu_free tdl_emu_gpu_free
+#define tdl_gpu_host_alloc tdl_emu_gpu_host_alloc
+#define tdl_gpu_host_free tdl_emu_gpu_host_free
+#define tdl_gpu_upload tdl_emu_gpu_upload
+#define tdl_gpu_download tdl_emu_gpu_download
+#define tdl_gpu_copy tdl_emu_gpu_copy
+#define tdl_gpu_zero tdl_emu_gpu_zero
+#define tdl_gpu_finish tdl_emu_gpu_finish
+#define tdl_gpu_check_launch tdl_emu_gpu_check_launch
+#define tdl_gpu_gemm tdl_emu_gpu_gemm
+#define tdl_gpu_gemm_strided tdl_emu_gpu_gemm_strided
+
 typedef void *tdl_stream_t;
 #define TDL_KERNEL static
 #define TDL_DEVICE static inline

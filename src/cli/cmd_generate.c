@@ -23,6 +23,7 @@ static const tdl_param_def_t generate_params[] = {
     {"weights", TDL_PARAM_ENUM, "ema", "which weights of the file", "ema|model", 1, 0},
     {"resolution", TDL_PARAM_INT, "0", "image side (0: the training resolution)", NULL, 0, 4096},
     {"output", TDL_PARAM_STRING, "grid.png", "PNG grid to write (also -o)", NULL, 1, 0},
+    CLI_DEVICE_PARAM,
 };
 
 static int generate_run(tdl_params_t *params, int npos, char **pos)
@@ -41,8 +42,14 @@ static int generate_run(tdl_params_t *params, int npos, char **pos)
     int res = (int)tdl_param_int(params, "resolution");
     const char *output = tdl_param_str(params, "output");
     int batch = TDL_MIN(2 * n, 64);
+    const char *device = cli_device(params);
+    if (!device)
+        return CLI_EXIT_USAGE;
     dit_model_t *m;
-    tdl_status_t st = train_weights_load(ckpt, tdl_param_str(params, "weights"), batch, res, &m);
+    struct dit_backend *be;
+    tdl_status_t st = dit_backend_open(device, -1, &be);
+    if (st == TDL_OK)
+        st = train_weights_load_on(ckpt, tdl_param_str(params, "weights"), batch, res, be, &m);
     if (st != TDL_OK) {
         fprintf(stderr, "tidal: generate: %s\n", tdl_error_get());
         return CLI_EXIT_FAILURE;

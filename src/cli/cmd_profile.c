@@ -123,6 +123,7 @@ static int profile_run(tdl_params_t *params, int npos, char **pos)
         tdl_rng_init(&rng, 1, 1);
         for (size_t i = 0; i < m->num_params; i++)
             m->params[i] = 0.05f * tdl_rng_normal(&rng);
+        dit_model_params_changed(m);
     }
     cost_model_t cost;
     cost_model_default(&cost);

@@ -155,6 +155,7 @@ static tdl_status_t report(serve_worker_t *w, uint32_t kind, int rank, int64_t s
 static void serve_weights_from(dit_model_t *serve, train_trainer_t *tr)
 {
     memcpy(serve->params, train_trainer_ema(tr), serve->num_params * sizeof(float));
+    dit_model_params_changed(serve);
 }
 
 static tdl_status_t reload(dit_model_t *serve, const char *path)
@@ -165,6 +166,7 @@ static tdl_status_t reload(dit_model_t *serve, const char *path)
         st = tdl_error_raise(TDL_ERR_MISMATCH, "%s: another model than the one served", path);
     if (st == TDL_OK)
         memcpy(serve->params, m->params, serve->num_params * sizeof(float));
+    dit_model_params_changed(serve);
     dit_model_free(m);
     return st;
 }
@@ -647,15 +649,21 @@ static tdl_status_t run_model(void *user, tdl_params_t *params, int rank, dit_mo
     const char *ckpt = tdl_param_str(params, "ckpt");
     int max_batch = (int)tdl_param_int(params, "max-batch");
     int max_res = (int)tdl_param_int(params, "max-resolution");
+    struct dit_backend *be = NULL;
+    tdl_status_t st = dit_backend_open(R->opts.device, -1, &be);
+    if (st != TDL_OK)
+        return st;
     if (ckpt) {
         R->fixed = true;
-        return train_weights_load(ckpt, tdl_param_str(params, "weights"), max_batch, max_res,
-                                  out);
+        return train_weights_load_on(ckpt, tdl_param_str(params, "weights"), max_batch, max_res,
+                                     be, out);
     }
     dit_config_t cfg;
-    tdl_status_t st = dit_config_named(R->opts.model, &cfg);
+    st = dit_config_named(R->opts.model, &cfg);
     if (st == TDL_OK)
-        st = dit_model_create(&cfg, max_batch, max_res, out);
+        st = dit_model_create_on(&cfg, max_batch, max_res, be, out);
+    else
+        dit_backend_close(be);
     if (st == TDL_OK)
         dit_model_init_weights(*out, R->opts.seed);
     return st;
@@ -712,7 +720,10 @@ static int run_run(tdl_params_t *params, int npos, char **pos)
         .allreduce = tdl_param_str(params, "allreduce"),
         .allreduce_bits = 5,
         .allreduce_round = CODEC_ROUND_DEFAULT,
+        .device = cli_device(params),
     };
+    if (!R.opts.device)
+        return CLI_EXIT_USAGE;
     R.train_steps = R.opts.steps;
     R.ckpt_every = tdl_param_int(params, "ckpt-every");
     R.keep = (int)tdl_param_int(params, "keep");

@@ -83,6 +83,7 @@ const tdl_param_def_t cli_serve_params[CLI_SERVE_NPARAMS] = {
      0, 1e9},
     {"progress-every", TDL_PARAM_DOUBLE, "5", "seconds between progress lines (0: none)", NULL, 0,
      1e6},
+    CLI_DEVICE_PARAM,
 };
 
 /* SIGINT and SIGTERM: stop taking requests, finish the one running, fail the waiting ones,
@@ -676,9 +677,16 @@ int serve_main(tdl_params_t *params, const char *what, const serve_hooks_t *hook
     serve_dispatcher_t *d = NULL;
     if (hooks && hooks->model)
         st = hooks->model(hooks->user, params, me.rank, &m);
-    else
-        st = train_weights_load(tdl_param_str(params, "ckpt"), tdl_param_str(params, "weights"),
-                                (int)tdl_param_int(params, "max-batch"), max_res, &m);
+    else {
+        struct dit_backend *be = NULL;
+        const char *device = cli_device(params);
+        st = device ? dit_backend_open(device, -1, &be)
+                    : tdl_error_raise(TDL_ERR_INVALID_ARG, "no such device");
+        if (st == TDL_OK)
+            st = train_weights_load_on(tdl_param_str(params, "ckpt"),
+                                       tdl_param_str(params, "weights"),
+                                       (int)tdl_param_int(params, "max-batch"), max_res, be, &m);
+    }
     if (st != TDL_OK) {
         fprintf(stderr, "tidal[%d]: %s: %s\n", me.rank, what, tdl_error_get());
         rc = CLI_EXIT_FAILURE;

@@ -56,6 +56,7 @@ static const tdl_param_def_t train_params[] = {
     {"dump-grads-every", TDL_PARAM_INT, "100", "steps between gradient dumps", NULL, 1, 1e12},
     {"seed", TDL_PARAM_INT, "1", "seed of every random stream (init, data order, noise)", NULL, 0,
      9.2e18},
+    CLI_DEVICE_PARAM,
     {"val-every", TDL_PARAM_INT, "100",
      "steps between validation losses on held-out images (0: never); the val_loss column of "
      "loss.csv",
@@ -170,7 +171,10 @@ static int train_run(tdl_params_t *params, int npos, char **pos)
         .allreduce_ef = tdl_param_bool(params, "allreduce-ef"),
         .dump_grads = tdl_param_str(params, "dump-grads"),
         .dump_every = tdl_param_int(params, "dump-grads-every"),
+        .device = cli_device(params),
     };
+    if (!o.device)
+        return CLI_EXIT_USAGE;
     codec_round_t round = CODEC_ROUND_DEFAULT;
     if (codec_round_parse(tdl_param_str(params, "allreduce-round"), &round) != TDL_OK)
         return cli_usage_error("--allreduce-round: %s", tdl_error_get());
@@ -259,6 +263,9 @@ static int train_run(tdl_params_t *params, int npos, char **pos)
         printf("tidal train: %s (%zu parameters), %s, %lld steps of %d images on %d rank%s\n",
                m->config.name, m->num_params, o.data, (long long)o.steps, o.batch, me.size,
                me.size > 1 ? "s" : "");
+        if (dit_backend_gpu(m->be) >= 0)
+            printf("tidal train: the model runs on the GPU (%s, device %d on rank 0)\n",
+                   dit_backend_name(m->be), dit_backend_gpu(m->be));
         fflush(stdout);
     }
     install_stop_signals();

@@ -9,6 +9,7 @@
 #ifdef TIDAL_HAVE_CUDA
 tdl_status_t dit_backend_cuda_open(int gpu, int local_rank, dit_backend_t **be_out);
 #endif
+tdl_status_t dit_backend_cuda_emu_open(int gpu, int local_rank, dit_backend_t **be_out);
 
 /* This process's rank among those of its node, from the launcher (-1: not launched by one). */
 static int node_local_rank(void)
@@ -32,8 +33,11 @@ tdl_status_t dit_backend_open(const char *device, int gpu, dit_backend_t **be_ou
         *be_out = (dit_backend_t *)dit_backend_cpu();
         return TDL_OK;
     }
+    if (strcmp(device, "cuda-emulated") == 0)
+        return dit_backend_cuda_emu_open(gpu < 0 ? 0 : gpu, -1, be_out);
     if (strcmp(device, "cuda") != 0)
-        return tdl_error_raise(TDL_ERR_INVALID_ARG, "--device '%s': the devices are cpu and cuda",
+        return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                               "--device '%s': the devices are cpu, cuda and cuda-emulated",
                                device);
 #ifdef TIDAL_HAVE_CUDA
     return dit_backend_cuda_open(gpu, node_local_rank(), be_out);

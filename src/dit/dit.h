@@ -89,7 +89,8 @@ typedef struct dit_model {
 
 /* The backend named by `device`: "cpu", or "cuda" on GPU `gpu` (-1: the node-local rank's GPU,
  * modulo the visible ones, so one rank per GPU under mpirun or srun). A build without CUDA, or
- * a node without a GPU, gives an error that says so. */
+ * a node without a GPU, gives an error that says so. "cuda-emulated" runs the CUDA backend's
+ * code on the CPU, one thread after another (slow: for testing that code where no GPU is). */
 tdl_status_t dit_backend_open(const char *device, int gpu, struct dit_backend **backend_out);
 void dit_backend_close(struct dit_backend *backend);
 /* "cpu" or "cuda", and its GPU index (-1 on the CPU). */

@@ -335,6 +335,7 @@ void dit_model_init_weights(dit_model_t *m, uint64_t seed)
         init_xavier(b->fc1_w, mh, d, &rng);
         init_xavier(b->fc2_w, d, mh, &rng);
     }
+    dit_model_params_changed(m);
 }
 
 /* ---- forward ------------------------------------------------------------------------------- */

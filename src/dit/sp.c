@@ -110,6 +110,17 @@ tdl_status_t dit_sp_forward(const dit_model_t *m, const dit_sp_comm_t *comm, con
                                    "sequence-parallel forward: label %d of sample %d is outside "
                                    "[0, %d]",
                                    y[s], s, c->num_classes);
+    if (!m->be->host_memory) {
+        /* On a device, one rank's whole forward: the model's own pass, on its activations (a
+         * device model serves one task at a time). */
+        if (P > 1)
+            return tdl_error_raise(TDL_ERR_UNSUPPORTED,
+                                   "sequence parallelism across GPUs is not built yet (degree %d "
+                                   "asked): serve with a degree-1 policy (static_sp1) on --device "
+                                   "%s, or on the CPU",
+                                   P, m->be->name);
+        return dit_model_forward((dit_model_t *)m, x, t, y, b, h, w, out);
+    }
     int p = c->patch_size, d = c->hidden_size, mh = dit_config_mlp_hidden(c);
     int pd = p * p * c->in_channels, nh = c->num_heads;
     int gh = h / p, gw = w / p, T = gh * gw, tl = T / P, t0 = me * tl, dp = d / P;

@@ -133,6 +133,7 @@ typedef struct train_opts {
     bool allreduce_ef;      /* error feedback: each rank re-adds its own encoding errors */
     const char *dump_grads; /* directory for grads-<step>-rank<r>.h5 (NULL: none) */
     int64_t dump_every;     /* steps between gradient dumps */
+    const char *device;     /* where the model runs: "cpu" (NULL too) or "cuda" (dit_backend_open) */
 } train_opts_t;
 
 typedef struct train_trainer train_trainer_t;
@@ -182,6 +183,11 @@ tdl_status_t train_weights_save(const char *path, const dit_model_t *model, cons
  * its training resolution) and loads group "model" or "ema", checking every shape first. */
 tdl_status_t train_weights_load(const char *path, const char *group, int max_batch,
                                 int max_resolution, dit_model_t **model_out);
+/* The same on a backend (dit_backend_open; NULL: the CPU), which the model owns from then on;
+ * closed here on failure. */
+tdl_status_t train_weights_load_on(const char *path, const char *group, int max_batch,
+                                   int max_resolution, struct dit_backend *backend,
+                                   dit_model_t **model_out);
 
 /* ==== training checkpoints (src/train/trainer.c, format in doc/checkpoint.md) ============== */
 

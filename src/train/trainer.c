@@ -106,7 +106,9 @@ tdl_status_t train_trainer_create_with_data(const train_opts_t *o, train_dataset
     }
     tr->resolution = o->resolution ? o->resolution : train_dataset_resolution(tr->data);
     cfg.input_size = tr->resolution; /* saved with the weights: what sampling defaults to */
-    if ((st = dit_model_create(&cfg, o->micro_batch, tr->resolution, &tr->model)) != TDL_OK)
+    struct dit_backend *be;
+    if ((st = dit_backend_open(o->device, -1, &be)) != TDL_OK ||
+        (st = dit_model_create_on(&cfg, o->micro_batch, tr->resolution, be, &tr->model)) != TDL_OK)
         goto err;
     dit_model_init_weights(tr->model, o->seed);
     size_t np = tr->model->num_params;
@@ -292,6 +294,7 @@ tdl_status_t train_trainer_step(train_trainer_t *tr, gfc_group_t *group, double 
                  (long long)tr->step, norm);
     } else {
         train_adamw_step(&tr->opt, m->params, m->grads, lr);
+        dit_model_params_changed(m);
         /* EMA warm-up ((1 + n) / (10 + n), as diffusers and timm do): with a fixed 0.999 the
          * average would still weigh the zero-initialized output layer for thousands of steps. */
         float warm = (float)(1 + tr->step) / (float)(10 + tr->step);
@@ -414,6 +417,7 @@ tdl_status_t train_trainer_sync(train_trainer_t *tr, gfc_group_t *group, int roo
     for (size_t i = 0; i < TDL_ARRAY_SIZE(arrays); i++)
         if ((st = gfc_bcast(group, arrays[i], counts[i], GFC_DT_F32, root)) != TDL_OK)
             return st;
+    dit_model_params_changed(m);
     if ((st = train_sampler_seek(&tr->sampler, hdr.epoch, hdr.pos)) != TDL_OK)
         return st;
     /* A residual is its rank's unsent share of past gradients: a member that was not training
@@ -638,6 +642,7 @@ tdl_status_t train_checkpoint_restore_rank(train_trainer_t *tr, const char *path
         st = train_sampler_seek(&tr->sampler, (uint64_t)epoch, (uint64_t)pos);
     if (st == TDL_OK) {
         memcpy(m->params, buf, np * sizeof(float));
+        dit_model_params_changed(m);
         memcpy(tr->ema, buf + np, np * sizeof(float));
         memcpy(tr->opt.m, buf + 2 * np, np * sizeof(float));
         memcpy(tr->opt.v, buf + 3 * np, np * sizeof(float));

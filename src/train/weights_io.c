@@ -83,8 +83,10 @@ out:
     return st;
 }
 
-tdl_status_t train_weights_load(const char *path, const char *group, int max_batch,
-                                int max_resolution, dit_model_t **model_out)
+/* *be passes to the model once it is made (then *be = NULL). */
+static tdl_status_t weights_load(const char *path, const char *group, int max_batch,
+                                 int max_resolution, struct dit_backend **be,
+                                 dit_model_t **model_out)
 {
     dit_config_t c;
     memset(&c, 0, sizeof(c));
@@ -123,19 +125,38 @@ tdl_status_t train_weights_load(const char *path, const char *group, int max_bat
     if ((st = dit_config_check(&c)) != TDL_OK)
         return tdl_error_raise(st, "%s: %s", path, tdl_error_get());
     dit_model_t *m;
-    if ((st = dit_model_create(&c, max_batch, max_resolution ? max_resolution : c.input_size,
-                               &m)) != TDL_OK)
+    if ((st = dit_model_create_on(&c, max_batch, max_resolution ? max_resolution : c.input_size,
+                                  *be, &m)) != TDL_OK) {
+        *be = NULL; /* closed by dit_model_create_on */
         return st;
+    }
+    *be = NULL;
     ckpt_tensor_t *t = train_tensors_of(m, m->params);
     st = t ? ckpt_weights_read(path, group, t, m->ninfos)
            : tdl_error_raise(TDL_ERR_NOMEM, "loading %s: out of memory", path);
     free(t);
+    dit_model_params_changed(m);
     if (st != TDL_OK) {
         dit_model_free(m);
         return st;
     }
     *model_out = m;
     return TDL_OK;
+}
+
+tdl_status_t train_weights_load_on(const char *path, const char *group, int max_batch,
+                                   int max_resolution, struct dit_backend *be,
+                                   dit_model_t **model_out)
+{
+    tdl_status_t st = weights_load(path, group, max_batch, max_resolution, &be, model_out);
+    dit_backend_close(be);
+    return st;
+}
+
+tdl_status_t train_weights_load(const char *path, const char *group, int max_batch,
+                                int max_resolution, dit_model_t **model_out)
+{
+    return train_weights_load_on(path, group, max_batch, max_resolution, NULL, model_out);
 }
 
 /* The groups of tensors a file may hold besides /model: (group looked for, group read). */

@@ -5,11 +5,9 @@
 
 #include "../cuda/dit_compare.h"
 
-tdl_status_t dit_backend_cuda_emu_open(int gpu, int local_rank, dit_backend_t **be_out);
-
 static tdl_status_t open_device_backend(dit_backend_t **be_out)
 {
-    return dit_backend_cuda_emu_open(0, -1, be_out);
+    return dit_backend_open("cuda-emulated", -1, be_out);
 }
 
 int main(void)
