@@ -13,13 +13,23 @@ float32 throughout. It runs W untimed warm-up steps, then times N steps and
 prints the images per second.
 
     /usr/bin/python3 bench/train_throughput.py --threads 2 --batch 64 \\
-        --warmup-steps 5 --steps 40 [--data fmnist|random] [--expect-params N]
+        --warmup-steps 5 --steps 40 [--data fmnist|random|FILE.h5] [--expect-params N] \\
+        [--device cpu|cuda]
 
 The data: --data fmnist (the default when Debian's dataset-fashion-mnist is
 installed) holds the training images in memory as uint8, as tidal does, and
 makes each batch the way tidal does (pad 28x28 to 32x32 with -1, scale to
-[-1, 1]); --data random draws the batch from N(0, 1). Data loading is not what
+[-1, 1]); --data FILE.h5 reads tidal's HDF5 format (doc/data.md: uint8 /images
+[N, H, W] or [N, C, H, W] at the model's resolution, /labels) and scales it the
+same way; --data random draws the batch from N(0, 1). Data loading is not what
 the benchmark compares; both are a small part of a step.
+
+--device cuda (`bench/run gpu-train`): model, optimizer state, EMA and the data
+set live on the GPU (torch.cuda.current_device(), CUDA_VISIBLE_DEVICES
+respected), float32 with TF32 off for matrix products and convolutions, and
+torch.cuda.synchronize() before every clock reading. Each step reads the loss
+and checks the gradient norm on the host, as on the CPU, so every step ends
+synchronized on both sides.
 
 --expect-params N: exit with status 3 unless the model has N parameters (the
 count `tidal train` prints for the same configuration).
@@ -33,8 +43,9 @@ which a libtool wrapper script exec's into):
 It passes COMMAND's exit status through and ends with a line
 `train_throughput: peak_rss_kib N` on stderr.
 
-Use Debian's /usr/bin/python3 (torch 1.13 CPU); set OMP_NUM_THREADS=T in the
-environment as well as --threads T, so that OpenMP starts T threads.
+Use Debian's /usr/bin/python3 (torch 1.13 CPU), or for --device cuda a python3
+whose torch has CUDA; set OMP_NUM_THREADS=T in the environment as well as
+--threads T, so that OpenMP starts T threads.
 """
 
 import argparse
@@ -111,11 +122,41 @@ def load_fmnist(np):
     return images.reshape(-1, 28, 28), labels.astype(np.int64)
 
 
+def load_h5(path, res):
+    """tidal's HDF5 data format: /images uint8 [N, H, W] or [N, C, H, W], /labels [N]."""
+    import h5py
+    import numpy as np
+    with h5py.File(path, 'r') as f:
+        images = np.asarray(f['images'], dtype=np.uint8)
+        labels = np.asarray(f['labels']).astype(np.int64)
+    if images.ndim == 3:
+        images = images[:, None]
+    if images.ndim != 4 or images.shape[2] != res or images.shape[3] != res:
+        raise SystemExit('train_throughput.py: %s: images %s are not [N, C, %d, %d]'
+                         % (path, images.shape, res, res))
+    return images, labels
+
+
 def train(args):
     import numpy as np
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
+
+    if args.device == 'cuda':
+        if not torch.cuda.is_available():
+            print('train_throughput: --device cuda, but torch %s sees no GPU' % torch.__version__,
+                  file=sys.stderr)
+            sys.exit(4)
+        # fp32 as tidal computes it: no TF32 in matrix products or convolutions
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.set_float32_matmul_precision('highest')
+    dev = torch.device(args.device)
+
+    def sync():
+        if dev.type == 'cuda':
+            torch.cuda.synchronize()
 
     torch.set_num_threads(args.threads)
     try:
@@ -171,6 +212,7 @@ def train(args):
         for lin in (model.final_layer.adaLN_modulation[-1], model.final_layer.linear):
             nn.init.zeros_(lin.weight)
             nn.init.zeros_(lin.bias)
+    model.to(dev)
     model.train()
     params = list(model.parameters())
     ema = [p.detach().clone() for p in params]
@@ -181,7 +223,15 @@ def train(args):
     data = args.data
     if data == 'auto':
         data = 'fmnist' if args.model == 'fmnist' else 'random'
-    if data == 'fmnist':
+    if data not in ('fmnist', 'random'):
+        images, labels = load_h5(data, res)
+        if images.shape[1] != C or labels.shape[0] != images.shape[0]:
+            raise SystemExit('train_throughput.py: %s: %d channels and %d labels for %d images; '
+                             'the model takes %d channels' % (data, images.shape[1],
+                                                              labels.shape[0], images.shape[0], C))
+        images = torch.from_numpy(images).to(dev)  # [n, C, res, res] uint8
+        labels = torch.from_numpy(labels).to(dev)
+    elif data == 'fmnist':
         if args.model != 'fmnist':
             raise SystemExit('train_throughput.py: --data fmnist needs --model fmnist')
         images, labels = load_fmnist(np)
@@ -190,27 +240,28 @@ def train(args):
                   file=sys.stderr)
             data = 'random'
         else:
-            images = torch.from_numpy(images.copy())   # [n, 28, 28] uint8, held like tidal
-            labels = torch.from_numpy(labels)
+            images = torch.from_numpy(images.copy()).to(dev)  # [n, 28, 28] uint8, as tidal
+            labels = torch.from_numpy(labels).to(dev)
     order, pos = None, 0
 
     def next_batch():
         nonlocal order, pos
         if images is None:
-            return (torch.randn(B, C, res, res),
-                    torch.randint(0, cfg['num_classes'], (B,)))
+            return (torch.randn(B, C, res, res, device=dev),
+                    torch.randint(0, cfg['num_classes'], (B,), device=dev))
         idx, have = [], 0
         while have < B:                      # epoch shuffles, as tidal's sampler
             if order is None or pos == len(order):
-                order, pos = torch.randperm(images.shape[0]), 0
+                order, pos = torch.randperm(images.shape[0], device=dev), 0
             take = min(B - have, len(order) - pos)
             idx.append(order[pos:pos + take])
             pos += take
             have += take
         idx = torch.cat(idx)
-        x = images.index_select(0, idx).unsqueeze(1).float().div_(127.5).sub_(1.0)
-        pad = (res - 28) // 2
-        x = F.pad(x, (pad, pad, pad, pad), value=-1.0)
+        x = images.index_select(0, idx).float().div_(127.5).sub_(1.0)
+        if x.dim() == 3:                     # Fashion-MNIST: pad 28x28 to res x res with -1
+            pad = (res - 28) // 2
+            x = F.pad(x.unsqueeze(1), (pad, pad, pad, pad), value=-1.0)
         return x, labels.index_select(0, idx)
 
     decay = args.ema
@@ -221,9 +272,9 @@ def train(args):
         for g in opt.param_groups:
             g['lr'] = lr
         x0, y = next_batch()
-        drop = torch.rand(B) < 0.1
+        drop = torch.rand(B, device=dev) < 0.1
         y = torch.where(drop, torch.full_like(y, cfg['num_classes']), y)
-        t = torch.rand(B)
+        t = torch.rand(B, device=dev)
         noise = torch.randn_like(x0)
         tb = t.view(-1, 1, 1, 1)
         x_t = (1 - tb) * x0 + tb * noise
@@ -240,9 +291,12 @@ def train(args):
                 torch._foreach_add_(ema, [p.detach() for p in params], alpha=1.0 - decay)
         return loss.item()
 
-    print('pytorch: %s (%d parameters), %s data, torch %s, %d thread%s, batch %d, '
+    where = 'cpu'
+    if dev.type == 'cuda':
+        where = 'cuda:%d %s' % (torch.cuda.current_device(), torch.cuda.get_device_name())
+    print('pytorch: %s (%d parameters), %s data, torch %s on %s, %d thread%s, batch %d, '
           '%d warm-up + %d timed steps'
-          % (args.model, nparams, data, torch.__version__, torch.get_num_threads(),
+          % (args.model, nparams, data, torch.__version__, where, torch.get_num_threads(),
              '' if torch.get_num_threads() == 1 else 's', B, args.warmup_steps, args.steps),
           flush=True)
     # Steps are numbered over the whole run, warm-up included, as tidal numbers them; a progress
@@ -253,17 +307,21 @@ def train(args):
     for k in range(total):
         if k == W:
             if args.profile:
-                prof = torch.autograd.profiler.profile()
+                prof = (torch.autograd.profiler.profile(use_device='cuda')
+                        if dev.type == 'cuda' else torch.autograd.profiler.profile())
                 prof.__enter__()
+            sync()
             t0 = time.perf_counter()
         loss = step(k)
         ema_loss = loss if ema_loss is None else 0.95 * ema_loss + 0.05 * loss
         if args.log_every and ((k + 1) % args.log_every == 0 or k + 1 == total):
+            sync()
             now = time.perf_counter()
             n = (k + 1) % args.log_every or args.log_every
             print('step %6d/%d  loss %.4f (avg %.4f)  %.1f img/s'
                   % (k + 1, total, loss, ema_loss, n * B / (now - t_last)), flush=True)
             t_last = now
+    sync()
     secs = time.perf_counter() - t0
     if prof is not None:
         prof.__exit__(None, None, None)
@@ -274,6 +332,9 @@ def train(args):
     print('pytorch: %d steps in %.3f s, %.2f images/s, final loss %.4f, peak RSS %.1f MiB'
           % (args.steps, secs, ips, ema_loss if ema_loss is not None else float('nan'),
              rss / 1024.0), flush=True)
+    if dev.type == 'cuda':
+        print('pytorch: peak GPU memory %.1f MiB (torch.cuda.max_memory_allocated)'
+              % (torch.cuda.max_memory_allocated() / 1048576.0), flush=True)
     print('images_per_s: %.3f' % ips)
     print('parameters: %d' % nparams)
     return 0
@@ -284,8 +345,11 @@ def main():
         return measure(sys.argv[2:])
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     ap.add_argument('--model', default='fmnist', help='DiT configuration (tidal train --model)')
-    ap.add_argument('--data', default='auto', choices=('auto', 'fmnist', 'random'),
-                    help='auto: Fashion-MNIST for --model fmnist when installed, else random')
+    ap.add_argument('--data', default='auto',
+                    help='auto, fmnist, random or FILE.h5 (tidal\'s HDF5 format); auto: '
+                         'Fashion-MNIST for --model fmnist when installed, else random')
+    ap.add_argument('--device', default='cpu', choices=('cpu', 'cuda'),
+                    help='where the model, optimizer and data live (cuda: fp32, TF32 off)')
     ap.add_argument('--threads', type=int, default=os.cpu_count() or 1)
     ap.add_argument('--batch', type=int, default=64)
     ap.add_argument('--steps', type=int, default=40, help='timed steps')
@@ -305,6 +369,8 @@ def main():
     args = ap.parse_args()
     if args.threads < 1 or args.batch < 1 or args.steps < 1 or args.warmup_steps < 0:
         ap.error('--threads, --batch and --steps must be >= 1, --warmup-steps >= 0')
+    if args.data not in ('auto', 'fmnist', 'random') and not os.path.isfile(args.data):
+        ap.error('--data: %s is not auto, fmnist, random or an HDF5 file' % args.data)
     return train(args)
 
 
