@@ -259,11 +259,11 @@ static void link_measure(bench_ctx_t *ctx, link_state_t *s, const link_opts_t *o
     double f32_med = 0.0;
     for (int m = 0; m < nf; m++)
         if (s->formats[m].codec == NULL)
-            f32_med = bench_stats_median(samples + m * iters, (size_t)iters) / 1e9;
+            f32_med = tdl_median(samples + m * iters, (size_t)iters) / 1e9;
     double factor = n > 1 ? 2.0 * (n - 1) / n : 1.0;
     for (int m = 0; m < nf; m++) {
         const link_format_t *f = &s->formats[m];
-        double med = bench_stats_median(samples + m * iters, (size_t)iters) / 1e9;
+        double med = tdl_median(samples + m * iters, (size_t)iters) / 1e9;
         double min = bench_stats_min(samples + m * iters, (size_t)iters) / 1e9;
         double busbw = factor * (double)bytes / med / 1e9;
         double speedup = f32_med > 0.0 ? f32_med / med : 0.0;

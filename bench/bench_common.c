@@ -278,28 +278,6 @@ void bench_log(const bench_ctx_t *ctx, const char *fmt, ...)
 
 /* ---- statistics -------------------------------------------------------------------------- */
 
-static int bench_double_cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-double bench_stats_median(const double *v, size_t n)
-{
-    if (n == 0)
-        return 0.0;
-    double small[64];
-    double *s = n <= TDL_ARRAY_SIZE(small) ? small : malloc(n * sizeof(double));
-    if (s == NULL)
-        return v[n / 2]; /* no memory for a sort: any sample beats none */
-    memcpy(s, v, n * sizeof(double));
-    qsort(s, n, sizeof(double), bench_double_cmp);
-    double m = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
-    if (s != small)
-        free(s);
-    return m;
-}
-
 double bench_stats_min(const double *v, size_t n)
 {
     double m = n ? v[0] : 0.0;

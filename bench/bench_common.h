@@ -61,8 +61,7 @@ void bench_kv_print(const bench_ctx_t *ctx, const char *key, const char *fmt, ..
 /* Rank 0 prints a line on stdout, for progress. */
 void bench_log(const bench_ctx_t *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* Median (the mean of the middle two for even n) and minimum of n > 0 samples. */
-double bench_stats_median(const double *v, size_t n);
+/* Minimum of n > 0 samples (the median is core's tdl_median). */
 double bench_stats_min(const double *v, size_t n);
 
 /* One timed sample of measurement m: runs `reps` operations back to back and returns this

@@ -58,19 +58,6 @@ static void check(tdl_status_t st, const char *what)
         die(what, tdl_error_get());
 }
 
-static double median(const double *v, int n)
-{
-    double s[2 * MAX_REPS];
-    memcpy(s, v, (size_t)n * sizeof(double));
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && s[j] < s[j - 1]; j--) {
-            double t = s[j];
-            s[j] = s[j - 1];
-            s[j - 1] = t;
-        }
-    return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
-}
-
 static size_t file_size(const char *path)
 {
     struct stat sb;
@@ -222,9 +209,9 @@ static void bench_model(train_trainer_t *tr, const char *dir, int reps)
             cr[i] = raw_read(rp, raw, bytes);
     }
     size_t fb = file_size(ck);
-    io_rows("model", "write", bytes, fb, median(w, reps), median(wr, reps));
-    io_rows("model", "read", bytes, fb, median(r, reps), median(rr, reps));
-    io_rows("model", "read_cold", bytes, fb, median(c, reps), median(cr, reps));
+    io_rows("model", "write", bytes, fb, tdl_median(w, reps), tdl_median(wr, reps));
+    io_rows("model", "read", bytes, fb, tdl_median(r, reps), tdl_median(rr, reps));
+    io_rows("model", "read_cold", bytes, fb, tdl_median(c, reps), tdl_median(cr, reps));
     unlink(ck), unlink(rp);
     free(raw);
 }
@@ -269,15 +256,15 @@ static void bench_stall(train_trainer_t *tr, const char *dir, int reps)
     }
     train_ckpt_writer_free(wr);
     (void)sink;
-    double m = median(mc, 2 * reps), a = median(as, reps), s = median(sy, reps);
+    double m = tdl_median(mc, 2 * reps), a = tdl_median(as, reps), s = tdl_median(sy, reps);
     double mb = (double)bytes / 1e6;
     const struct {
         const char *side;
         double s;
     } rows[] = {{"memcpy", m},
                 {"async", a},
-                {"async_copy", median(cp, reps)},
-                {"async_write", median(bg, reps)},
+                {"async_copy", tdl_median(cp, reps)},
+                {"async_write", tdl_median(bg, reps)},
                 {"sync", s}};
     for (size_t i = 0; i < TDL_ARRAY_SIZE(rows); i++)
         fprintf(csv, "model,stall,%s,%zu,0,%.6f,%.1f,%.4f\n", rows[i].side, bytes, rows[i].s,
@@ -285,7 +272,7 @@ static void bench_stall(train_trainer_t *tr, const char *dir, int reps)
     fflush(csv);
     printf("  model  stall     memcpy %.2f ms   async call %.2f ms (%.2fx memcpy)   background "
            "write %.1f ms   sync save %.1f ms (%.0fx async)\n",
-           1e3 * m, 1e3 * a, a / m, 1e3 * median(bg, reps), 1e3 * s, s / a);
+           1e3 * m, 1e3 * a, a / m, 1e3 * tdl_median(bg, reps), 1e3 * s, s / a);
     /* the files the saves left */
     char p[1200];
     snprintf(p, sizeof(p), "%s/latest", sdir);
@@ -362,9 +349,9 @@ static void bench_large(size_t want, const char *dir, int reps)
     if (buf[floats - 1] != probe)
         die("large", "the data read back differs from what was written");
     size_t fb = file_size(ck);
-    io_rows("large", "write", bytes, fb, median(w, reps), median(wr, reps));
-    io_rows("large", "read", bytes, fb, median(r, reps), median(rr, reps));
-    io_rows("large", "read_cold", bytes, fb, median(c, reps), median(cr, reps));
+    io_rows("large", "write", bytes, fb, tdl_median(w, reps), tdl_median(wr, reps));
+    io_rows("large", "read", bytes, fb, tdl_median(r, reps), tdl_median(rr, reps));
+    io_rows("large", "read_cold", bytes, fb, tdl_median(c, reps), tdl_median(cr, reps));
     unlink(ck), unlink(rp);
     free(names), free(t), free(buf);
 }

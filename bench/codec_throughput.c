@@ -10,17 +10,6 @@
 #include "codec/codec.h"
 #include "core/core.h"
 
-static double median(double *v, int n)
-{
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-            double t = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = t;
-        }
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 int main(int argc, char **argv)
 {
     const char *csv_path = NULL;
@@ -60,7 +49,7 @@ int main(int argc, char **argv)
         memcpy(copy, in, n * 4);
         t[r] = tdl_clock_s() - t0;
     }
-    double mc = median(t, 9);
+    double mc = tdl_median(t, 9);
     fprintf(csv, "memcpy,copy,%zu,%.6f,%.3f,1.000,32\n", n * 4, mc, n * 4 / mc / 1e9);
     printf("memcpy: %.2f GB/s on %zu MiB\n", n * 4 / mc / 1e9, n * 4 >> 20);
     char names[512];
@@ -86,7 +75,7 @@ int main(int argc, char **argv)
                     c->ops->decode_accumulate_encode(c->cfg, &w, enc, len, local, n, out, &len2);
                 t[r] = tdl_clock_s() - t0;
             }
-            double s = median(t, reps);
+            double s = tdl_median(t, reps);
             fprintf(csv, "%s,%s,%zu,%.6f,%.3f,%.3f,%.3f\n", name, ops[op], n * 4, s,
                     n * 4 / s / 1e9, mc / s, c->ops->bits_per_coord(c->cfg, n));
             printf("%-11s %-6s %6.2f GB/s  %.3f x memcpy\n", name, ops[op], n * 4 / s / 1e9,

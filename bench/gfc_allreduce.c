@@ -152,7 +152,7 @@ int main(int argc, char **argv)
 
         double med[AR_COUNT], min[AR_COUNT], busbw[AR_COUNT], ratio[AR_COUNT];
         for (int m = 0; m < AR_COUNT; m++) {
-            med[m] = bench_stats_median(samples + m * iters, iters);
+            med[m] = tdl_median(samples + m * iters, iters);
             min[m] = bench_stats_min(samples + m * iters, iters);
             busbw[m] = factor * (double)real_bytes / med[m]; /* bytes per ns = GB/s */
             ratio[m] = ok[m] ? med[AR_MPI] / med[m] : 0.0;

@@ -143,7 +143,7 @@ int main(int argc, char **argv)
 
         double med[A2A_COUNT], min[A2A_COUNT], busbw[A2A_COUNT];
         for (int m = 0; m < A2A_COUNT; m++) {
-            med[m] = bench_stats_median(samples + m * iters, iters);
+            med[m] = tdl_median(samples + m * iters, iters);
             min[m] = bench_stats_min(samples + m * iters, iters);
             busbw[m] = factor * (double)real_bytes / med[m];
         }

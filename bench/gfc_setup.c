@@ -57,7 +57,7 @@ static double setup_form_ns(bench_ctx_t *ctx)
         per_call[b] = (double)(t1 - t0) / SETUP_FORM_BATCH;
     }
     (void)sink;
-    return bench_stats_median(per_call, SETUP_FORM_BATCHES);
+    return tdl_median(per_call, SETUP_FORM_BATCHES);
 }
 
 /* Runs `reps` operations of kind m back to back; returns this rank's nanoseconds per op. */
@@ -136,7 +136,7 @@ int main(int argc, char **argv)
 
     double med[SETUP_COUNT], min[SETUP_COUNT];
     for (int m = 0; m < SETUP_COUNT; m++) {
-        med[m] = bench_stats_median(samples + m * iters, iters) / 1e3;
+        med[m] = tdl_median(samples + m * iters, iters) / 1e3;
         min[m] = bench_stats_min(samples + m * iters, iters) / 1e3;
         bench_log(&ctx, "# np=%d %-24s median %10.2f us  min %10.2f us", n, setup_names[m], med[m],
                   min[m]);

@@ -35,17 +35,6 @@ static void die_status(tdl_status_t st, const char *what)
     exit(1);
 }
 
-static double median(double *v, int n)
-{
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-            double t = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = t;
-        }
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* What one timed operation needs. */
 typedef struct bench {
     tdl_gpu_t *gpu;
@@ -119,7 +108,7 @@ static double time_op(bench_t *b, int op, int iters, int reps)
         die_status(st, "the GPU's stream");
     cudaEventDestroy(start);
     cudaEventDestroy(stop);
-    return median(t, iters);
+    return tdl_median(t, iters);
 }
 
 /* 1 when the GPU's last result of op is the CPU codec's: the same bytes, or the same floats (NaN

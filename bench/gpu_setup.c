@@ -168,7 +168,7 @@ static double gs_form_ns(gs_t *s)
         bench_check(s->ctx, st, "gfc_group_init");
     }
     (void)sink;
-    return bench_stats_median(per_call, BATCHES);
+    return tdl_median(per_call, BATCHES);
 }
 
 /* Takes `iters` samples of the measurements in `which` (count of them), interleaved in rotating
@@ -279,7 +279,7 @@ int main(int argc, char **argv)
     for (int m = 0; m < GS_COUNT; m++) {
         const double *v = m < GS_GFC_NEW ? nccl + m * a->iters : gfc + (m - GS_GFC_NEW) * gfc_iters;
         int cnt = m < GS_GFC_NEW ? a->iters : gfc_iters;
-        med[m] = bench_stats_median(v, (size_t)cnt) / 1e3;
+        med[m] = tdl_median(v, (size_t)cnt) / 1e3;
         min[m] = bench_stats_min(v, (size_t)cnt) / 1e3;
         bench_log(&ctx, "# np=%d %-26s median %12.2f us  min %12.2f us", n, gs_names[m], med[m],
                   min[m]);

@@ -73,10 +73,10 @@ int main(int argc, char **argv)
             reps[m] = s.side <= 32 ? 5 : 1;
         double *samples = malloc((size_t)s.ndeg * iters * sizeof(double));
         bench_samples_interleave(&ctx, s.ndeg, iters, reps, steps_sample, &s, samples);
-        double sp1 = bench_stats_median(samples, (size_t)iters);
+        double sp1 = tdl_median(samples, (size_t)iters);
         int tokens = (s.side / cfg.patch_size) * (s.side / cfg.patch_size);
         for (int m = 0; m < s.ndeg; m++) {
-            double med = bench_stats_median(samples + (size_t)m * iters, (size_t)iters);
+            double med = tdl_median(samples + (size_t)m * iters, (size_t)iters);
             double mn = bench_stats_min(samples + (size_t)m * iters, (size_t)iters);
             bench_csv_row(&ctx, "%s,%d,%d,%d,%d,%.4f,%.4f,%.3f", name, s.side, tokens,
                           s.degrees[m], ctx.boot.size, med / 1e6, mn / 1e6, sp1 / med);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cuda/kernel.h"
+#include "dit/activation.h"
 #include "dit/backend.h"
 
 #define DIT_LN_EPS_ 1e-6
@@ -22,35 +23,6 @@ typedef struct dit_cuda {
 #define G(ctx) (((dit_cuda_t *)(ctx))->gpu)
 #define GRID(n) tdl_blocks_for((size_t)(n), 65535u)
 #define LAUNCHED(ctx, what) tdl_gpu_check_launch(G(ctx), what)
-
-// ---- element-wise helpers (layers.c's approximations, so both backends agree to rounding) ----
-
-TDL_HD float fast_tanh(float x)
-{
-    const float c = 7.90531110763549805f;
-    x = x < -c ? -c : (x > c ? c : x);
-    float x2 = x * x;
-    float p = -2.76076847742355e-16f;
-    p = p * x2 + 2.00018790482477e-13f;
-    p = p * x2 + -8.60467152213735e-11f;
-    p = p * x2 + 5.12229709037114e-08f;
-    p = p * x2 + 1.48572235717979e-05f;
-    p = p * x2 + 6.37261928875436e-04f;
-    p = p * x2 + 4.89352455891786e-03f;
-    p = p * x;
-    float q = 1.19825839466702e-06f;
-    q = q * x2 + 1.18534705686654e-04f;
-    q = q * x2 + 2.26843463243900e-03f;
-    q = q * x2 + 4.89352518554385e-03f;
-    return p / q;
-}
-
-TDL_HD float fast_sigmoid(float x)
-{
-    return 0.5f + 0.5f * fast_tanh(0.5f * x);
-}
-
-#define GELU_K 0.7978845608028654f
 
 // ---- kernels ---------------------------------------------------------------------------------
 
@@ -190,34 +162,25 @@ TDL_KERNEL void k_gate_residual_backward_gate(float *dgate, const float *dout, c
 TDL_KERNEL void k_silu_forward(float *out, const float *in, size_t n)
 {
     for (size_t i = tdl_tid(); i < n; i += tdl_nthreads())
-        out[i] = in[i] * fast_sigmoid(in[i]);
+        out[i] = dit_silu(in[i]);
 }
 
 TDL_KERNEL void k_silu_backward(float *din, const float *dout, const float *in, size_t n)
 {
-    for (size_t i = tdl_tid(); i < n; i += tdl_nthreads()) {
-        float s = fast_sigmoid(in[i]);
-        din[i] += dout[i] * s * (1.0f + in[i] * (1.0f - s));
-    }
+    for (size_t i = tdl_tid(); i < n; i += tdl_nthreads())
+        din[i] += dout[i] * dit_silu_grad(in[i]);
 }
 
 TDL_KERNEL void k_gelu_forward(float *out, const float *in, size_t n)
 {
-    for (size_t i = tdl_tid(); i < n; i += tdl_nthreads()) {
-        float x = in[i];
-        out[i] = 0.5f * x * (1.0f + fast_tanh(GELU_K * (x + 0.044715f * x * x * x)));
-    }
+    for (size_t i = tdl_tid(); i < n; i += tdl_nthreads())
+        out[i] = dit_gelu(in[i]);
 }
 
 TDL_KERNEL void k_gelu_backward(float *din, const float *dout, const float *in, size_t n)
 {
-    for (size_t i = tdl_tid(); i < n; i += tdl_nthreads()) {
-        float x = in[i];
-        float u = GELU_K * (x + 0.044715f * x * x * x);
-        float th = fast_tanh(u);
-        float du = GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-        din[i] += dout[i] * (0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du);
-    }
+    for (size_t i = tdl_tid(); i < n; i += tdl_nthreads())
+        din[i] += dout[i] * dit_gelu_grad(in[i]);
 }
 
 // rows of length t, in place: p = softmax(p)

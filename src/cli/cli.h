@@ -36,16 +36,13 @@ extern const cli_command_t cli_cmd_run;
 #define CLI_SERVE_NPARAMS 25
 extern const tdl_param_def_t cli_serve_params[CLI_SERVE_NPARAMS];
 
-/* --device, for the commands that run the model. */
+/* --device, for the commands that run the model (TIDAL_DEVICE sets it, as any parameter). */
 #define CLI_DEVICE_PARAM                                                                           \
-    {"device", TDL_PARAM_STRING, NULL,                                                             \
-     "where the model runs: cpu, or cuda (one GPU per rank: the node-local rank's, modulo the "    \
+    {"device", TDL_PARAM_ENUM, "cpu",                                                              \
+     "where the model runs: cpu, cuda (one GPU per rank: the node-local rank's, modulo the "       \
      "visible GPUs; CUDA_VISIBLE_DEVICES narrows them), or cuda-emulated (the CUDA code run on "   \
-     "the CPU, slowly, for tests). Default: $TIDAL_DEVICE, else cpu",                              \
-     NULL, 1, 0}
-/* The device asked for (--device, else $TIDAL_DEVICE, else "cpu"); NULL after printing a usage
- * error when it names no device. */
-const char *cli_device(const tdl_params_t *params);
+     "the CPU, slowly, for tests)",                                                                \
+     "cpu|cuda|cuda-emulated", 1, 0}
 
 /* Prints "tidal: <message>" and returns CLI_EXIT_USAGE. */
 int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

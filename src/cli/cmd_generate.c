@@ -42,12 +42,9 @@ static int generate_run(tdl_params_t *params, int npos, char **pos)
     int res = (int)tdl_param_int(params, "resolution");
     const char *output = tdl_param_str(params, "output");
     int batch = TDL_MIN(2 * n, 64);
-    const char *device = cli_device(params);
-    if (!device)
-        return CLI_EXIT_USAGE;
     dit_model_t *m;
     struct dit_backend *be;
-    tdl_status_t st = dit_backend_open(device, -1, &be);
+    tdl_status_t st = dit_backend_open(tdl_param_str(params, "device"), -1, &be);
     if (st == TDL_OK)
         st = train_weights_load_on(ckpt, tdl_param_str(params, "weights"), batch, res, be, &m);
     if (st != TDL_OK) {

@@ -29,17 +29,6 @@ static const tdl_param_def_t profile_params[] = {
      "image sides to measure (pixels, multiples of the patch size)", NULL, 1, 0},
 };
 
-static double median(double *v, int n)
-{
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-            double t = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = t;
-        }
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* The slowest member's median of `reps` timings of one stage of one image on group g (members
  * only; the others pass g == NULL and get 0 back). Every member of the world calls it. */
 static double time_stage(const dit_model_t *m, gfc_group_t *g, cost_stage_t stage, int side,
@@ -75,7 +64,7 @@ static double time_stage(const dit_model_t *m, gfc_group_t *g, cost_stage_t stag
                 t[r - 1] = slowest;
         }
         free(x), free(out);
-        worst = median(t, reps);
+        worst = tdl_median(t, reps);
     }
     return worst;
 }
@@ -187,7 +176,7 @@ static int profile_run(tdl_params_t *params, int npos, char **pos)
                 if (r > 0)
                     t[r - 1] = tdl_clock_s() - t0;
             }
-            secs[k] = median(t, reps);
+            secs[k] = tdl_median(t, reps);
             free(buf);
         }
         if (st == TDL_OK && me.rank == 0) {

@@ -720,10 +720,8 @@ static int run_run(tdl_params_t *params, int npos, char **pos)
         .allreduce = tdl_param_str(params, "allreduce"),
         .allreduce_bits = 5,
         .allreduce_round = CODEC_ROUND_DEFAULT,
-        .device = cli_device(params),
+        .device = tdl_param_str(params, "device"),
     };
-    if (!R.opts.device)
-        return CLI_EXIT_USAGE;
     R.train_steps = R.opts.steps;
     R.ckpt_every = tdl_param_int(params, "ckpt-every");
     R.keep = (int)tdl_param_int(params, "keep");

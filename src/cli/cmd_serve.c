@@ -679,9 +679,7 @@ int serve_main(tdl_params_t *params, const char *what, const serve_hooks_t *hook
         st = hooks->model(hooks->user, params, me.rank, &m);
     else {
         struct dit_backend *be = NULL;
-        const char *device = cli_device(params);
-        st = device ? dit_backend_open(device, -1, &be)
-                    : tdl_error_raise(TDL_ERR_INVALID_ARG, "no such device");
+        st = dit_backend_open(tdl_param_str(params, "device"), -1, &be);
         if (st == TDL_OK)
             st = train_weights_load_on(tdl_param_str(params, "ckpt"),
                                        tdl_param_str(params, "weights"),

@@ -171,10 +171,8 @@ static int train_run(tdl_params_t *params, int npos, char **pos)
         .allreduce_ef = tdl_param_bool(params, "allreduce-ef"),
         .dump_grads = tdl_param_str(params, "dump-grads"),
         .dump_every = tdl_param_int(params, "dump-grads-every"),
-        .device = cli_device(params),
+        .device = tdl_param_str(params, "device"),
     };
-    if (!o.device)
-        return CLI_EXIT_USAGE;
     codec_round_t round = CODEC_ROUND_DEFAULT;
     if (codec_round_parse(tdl_param_str(params, "allreduce-round"), &round) != TDL_OK)
         return cli_usage_error("--allreduce-round: %s", tdl_error_get());

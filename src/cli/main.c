@@ -39,24 +39,6 @@ int cli_usage_error(const char *fmt, ...)
     return CLI_EXIT_USAGE;
 }
 
-const char *cli_device(const tdl_params_t *params)
-{
-    const char *d = tdl_param_str(params, "device");
-    const char *from = "--device";
-    if (!d || !*d) {
-        d = getenv("TIDAL_DEVICE"), from = "TIDAL_DEVICE";
-        if (!d || !*d)
-            return "cpu";
-    }
-    if (strcmp(d, "cpu") && strcmp(d, "cuda") && strcmp(d, "cuda-emulated")) {
-        cli_usage_error("%s '%s': the devices are cpu, cuda and cuda-emulated (the CUDA code "
-                        "run on the CPU, for tests)",
-                        from, d);
-        return NULL;
-    }
-    return d;
-}
-
 static void print_help(FILE *out)
 {
     fprintf(out,

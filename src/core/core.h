@@ -151,6 +151,8 @@ const char *tdl_param_source_name(tdl_param_source_t source);
 uint64_t tdl_clock_ns(void);   /* monotonic nanoseconds */
 double tdl_clock_s(void);      /* monotonic seconds */
 double tdl_clock_wall_s(void); /* seconds since the epoch */
+/* The median of n timings (the middle two averaged for even n; 0 for none); v is left as it is. */
+double tdl_median(const double *v, size_t n);
 
 /* ---- counter-based RNG: Philox4x32-10 ---------------------------------------------------- */
 

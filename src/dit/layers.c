@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "dit/activation.h"
 #include "dit/dit_internal.h"
 
 /* ---- LayerNorm without affine: y = (x - mean) * rstd ------------------------------------- */
@@ -119,29 +120,6 @@ void dit_gate_residual_backward(float *dx, float *dy, float *dgate, const float 
 
 /* ---- activations ---------------------------------------------------------------------------- */
 
-/* tanh as a rational function (the minimax approximant Eigen uses), within 4e-7 of tanhf over
- * the whole line: libm's tanhf and expf are scalar calls that took half the training time;
- * this vectorizes. */
-static inline float fast_tanh(float x)
-{
-    const float c = 7.90531110763549805f;
-    x = x < -c ? -c : (x > c ? c : x);
-    float x2 = x * x;
-    float p = -2.76076847742355e-16f;
-    p = p * x2 + 2.00018790482477e-13f;
-    p = p * x2 + -8.60467152213735e-11f;
-    p = p * x2 + 5.12229709037114e-08f;
-    p = p * x2 + 1.48572235717979e-05f;
-    p = p * x2 + 6.37261928875436e-04f;
-    p = p * x2 + 4.89352455891786e-03f;
-    p = p * x;
-    float q = 1.19825839466702e-06f;
-    q = q * x2 + 1.18534705686654e-04f;
-    q = q * x2 + 2.26843463243900e-03f;
-    q = q * x2 + 4.89352518554385e-03f;
-    return p / q;
-}
-
 /* The element-wise loops are compiled for AVX-512 and AVX2 too, chosen at load time. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define DIT_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -149,47 +127,30 @@ static inline float fast_tanh(float x)
 #define DIT_VECTOR_CLONES
 #endif
 
-/* sigmoid(x) = (1 + tanh(x / 2)) / 2 */
-static inline float fast_sigmoid(float x)
-{
-    return 0.5f + 0.5f * fast_tanh(0.5f * x);
-}
-
 DIT_VECTOR_CLONES
 void dit_silu_forward(float *out, const float *in, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        out[i] = in[i] * fast_sigmoid(in[i]);
+        out[i] = dit_silu(in[i]);
 }
 
 DIT_VECTOR_CLONES
 void dit_silu_backward(float *din, const float *dout, const float *in, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        float s = fast_sigmoid(in[i]);
-        din[i] += dout[i] * s * (1.0f + in[i] * (1.0f - s));
-    }
+    for (size_t i = 0; i < n; i++)
+        din[i] += dout[i] * dit_silu_grad(in[i]);
 }
-
-#define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
 
 DIT_VECTOR_CLONES
 void dit_gelu_forward(float *out, const float *in, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        float x = in[i];
-        out[i] = 0.5f * x * (1.0f + fast_tanh(GELU_K * (x + 0.044715f * x * x * x)));
-    }
+    for (size_t i = 0; i < n; i++)
+        out[i] = dit_gelu(in[i]);
 }
 
 DIT_VECTOR_CLONES
 void dit_gelu_backward(float *din, const float *dout, const float *in, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        float x = in[i];
-        float u = GELU_K * (x + 0.044715f * x * x * x);
-        float th = fast_tanh(u);
-        float du = GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-        din[i] += dout[i] * (0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du);
-    }
+    for (size_t i = 0; i < n; i++)
+        din[i] += dout[i] * dit_gelu_grad(in[i]);
 }

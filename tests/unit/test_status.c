@@ -54,5 +54,14 @@ int main(void)
     ok(tdl_clock_ns() > 0 && tdl_clock_wall_s() > 1.5e9, "clocks read");
     uint64_t t0 = tdl_clock_ns(), t1 = tdl_clock_ns();
     ok(t1 >= t0, "monotonic clock does not go back");
+    /* medians worked by hand; the samples are left in their order */
+    double odd[] = {5, 1, 4, 2, 3}, even[] = {10, -2, 7, 1}, big[100];
+    for (int i = 0; i < 100; i++)
+        big[i] = (double)((i * 37) % 100); /* 0..99 shuffled */
+    is_near(tdl_median(odd, 5), 3.0, 0, "median of 5 samples");
+    is_near(tdl_median(even, 4), 4.0, 0, "median of 4 samples averages the middle two");
+    is_near(tdl_median(big, 100), 49.5, 0, "median of 100 samples (past the stack buffer)");
+    ok(odd[0] == 5 && odd[4] == 3 && even[0] == 10, "the samples are not reordered");
+    is_near(tdl_median(odd, 0), 0.0, 0, "no samples: 0");
     return done_testing();
 }
