@@ -58,8 +58,8 @@ static const tdl_param_def_t train_params[] = {
      9.2e18},
     CLI_DEVICE_PARAM,
     {"val-every", TDL_PARAM_INT, "100",
-     "steps between validation losses on held-out images (0: never); the val_loss column of "
-     "loss.csv",
+     "steps between validation losses on held-out images (0: never): loss.csv's val_loss (the "
+     "trained weights) and val_loss_ema (the EMA weights, those sampled from)",
      NULL, 0, 1e12},
     {"val-images", TDL_PARAM_INT, "256",
      "held-out images per validation (Fashion-MNIST's test split), each with a fixed time and "
@@ -256,7 +256,7 @@ static int train_run(tdl_params_t *params, int npos, char **pos)
             goto out;
         }
         if (!from[0] || ftell(csv) == 0)
-            fprintf(csv, "step,loss,lr,images_per_s,seconds,val_loss\n");
+            fprintf(csv, "step,loss,lr,images_per_s,seconds,val_loss,val_loss_ema\n");
         dit_model_t *m = train_trainer_model(tr);
         printf("tidal train: %s (%zu parameters), %s, %lld steps of %d images on %d rank%s\n",
                m->config.name, m->num_params, o.data, (long long)o.steps, o.batch, me.size,
@@ -278,17 +278,18 @@ static int train_run(tdl_params_t *params, int npos, char **pos)
             goto out;
         ema_loss = s == first_step ? loss : 0.95 * ema_loss + 0.05 * loss;
         bool val_now = val_every > 0 && ((s + 1) % val_every == 0 || s + 1 == o.steps);
-        double val = NAN;
-        if (val_now && (st = train_trainer_val_loss(tr, g, val_images, &val)) != TDL_OK)
+        double val = NAN, val_ema = NAN;
+        if (val_now && ((st = train_trainer_val_loss(tr, g, val_images, false, &val)) != TDL_OK ||
+                        (st = train_trainer_val_loss(tr, g, val_images, true, &val_ema)) != TDL_OK))
             goto out;
         if (me.rank == 0 && ((s + 1) % log_every == 0 || s + 1 == o.steps || val_now)) {
             double now = tdl_clock_s();
             double ips = (double)(s + 1 - last_step) * o.batch / (now - t_last);
             double eta = (now - t0) / (double)(s + 1 - first_step) * (double)(o.steps - s - 1);
-            char vtext[32] = "", vcsv[32] = "";
+            char vtext[64] = "", vcsv[64] = ",";
             if (val_now) {
-                snprintf(vtext, sizeof(vtext), "  val %.4f", val);
-                snprintf(vcsv, sizeof(vcsv), "%.6f", val);
+                snprintf(vtext, sizeof(vtext), "  val %.4f (ema %.4f)", val, val_ema);
+                snprintf(vcsv, sizeof(vcsv), "%.6f,%.6f", val, val_ema);
             }
             printf("step %6lld/%lld  loss %.4f (avg %.4f)%s  %.1f img/s  lr %.2e  eta %.0f s\n",
                    (long long)(s + 1), (long long)o.steps, loss, ema_loss, vtext, ips,

@@ -165,12 +165,12 @@ int64_t train_trainer_steps_done(const train_trainer_t *tr);
 float train_trainer_lr(const train_trainer_t *tr);
 dit_model_t *train_trainer_model(train_trainer_t *tr);
 const float *train_trainer_ema(const train_trainer_t *tr);
-/* The rectified-flow loss of the current weights on the first `count` images of the held-out
- * set (Fashion-MNIST's test split; an HDF5 data set's own images), each with a fixed time, noise
- * and label from (seed, image), so every run with the same seed is scored on the same problem.
- * The images are split among the group's members and the loss summed over it: every member gets
- * the same value. */
-tdl_status_t train_trainer_val_loss(train_trainer_t *tr, gfc_group_t *group, int count,
+/* The rectified-flow loss of the current weights (ema: of the EMA weights, the ones sampled
+ * from) on the first `count` images of the held-out set (Fashion-MNIST's test split; an HDF5 data
+ * set's own images), each with a fixed time, noise and label from (seed, image), so every run
+ * with the same seed is scored on the same problem. The images are split among the group's
+ * members and the loss summed over it: every member gets the same value. */
+tdl_status_t train_trainer_val_loss(train_trainer_t *tr, gfc_group_t *group, int count, bool ema,
                                     double *loss_out);
 
 /* ==== weights files (src/train/weights_io.c, format in doc/checkpoint.md) =================== */

@@ -153,8 +153,8 @@ static void trainer_sample_rng(const train_trainer_t *tr, int64_t step, int j, t
                  (uint64_t)step * (uint64_t)tr->opts.batch + (uint64_t)j);
 }
 
-tdl_status_t train_trainer_val_loss(train_trainer_t *tr, gfc_group_t *group, int count,
-                                    double *loss_out)
+static tdl_status_t trainer_val_loss(train_trainer_t *tr, gfc_group_t *group, int count,
+                                     double *loss_out)
 {
     dit_model_t *m = tr->model;
     const dit_config_t *cfg = &m->config;
@@ -190,6 +190,28 @@ tdl_status_t train_trainer_val_loss(train_trainer_t *tr, gfc_group_t *group, int
         return st;
     *loss_out = total;
     return TDL_OK;
+}
+
+tdl_status_t train_trainer_val_loss(train_trainer_t *tr, gfc_group_t *group, int count, bool ema,
+                                    double *loss_out)
+{
+    if (!ema)
+        return trainer_val_loss(tr, group, count, loss_out);
+    /* the EMA weights stand in for the model's for the forward passes, then the model's return */
+    dit_model_t *m = tr->model;
+    size_t bytes = m->num_params * sizeof(float);
+    float *keep = tensor_alloc(m->num_params);
+    if (!keep)
+        return tdl_error_raise(TDL_ERR_NOMEM, "validation: no memory for a copy of the weights "
+                               "(%zu bytes)", bytes);
+    memcpy(keep, m->params, bytes);
+    memcpy(m->params, tr->ema, bytes);
+    dit_model_params_changed(m);
+    tdl_status_t st = trainer_val_loss(tr, group, count, loss_out);
+    memcpy(m->params, keep, bytes);
+    dit_model_params_changed(m);
+    free(keep);
+    return st;
 }
 
 tdl_status_t train_trainer_step(train_trainer_t *tr, gfc_group_t *group, double *loss_out,

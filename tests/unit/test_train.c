@@ -1,5 +1,5 @@
-/* AdamW against a step worked by hand, warm-up, clipping, EMA, and training on a fixed small
- * set lowering the loss. */
+/* AdamW against a step worked by hand, warm-up, clipping, EMA, training on a fixed small set
+ * lowering the loss, and the validation loss of the EMA weights. */
 #include "config.h"
 
 #include <math.h>
@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "tap.h"
+#include "dit/dit.h"
 #include "train/train.h"
 
 static void test_adamw(void)
@@ -66,6 +67,29 @@ static void test_loss_decreases(void)
                            "the last 10",
        first, last);
     is_int(train_trainer_steps_done(tr), o.steps, "steps counted");
+
+    /* the validation loss of the EMA weights: the same number as a trainer whose weights are
+     * that EMA, and the trained weights back in place afterwards */
+    double v_model = NAN, v_ema = NAN, v_again = NAN, v_other = NAN;
+    ok(train_trainer_val_loss(tr, NULL, N, false, &v_model) == TDL_OK, "validation loss");
+    ok(train_trainer_val_loss(tr, NULL, N, true, &v_ema) == TDL_OK, "validation loss, EMA");
+    tdl_status_t st = train_trainer_val_loss(tr, NULL, N, false, &v_again);
+    ok(st == TDL_OK && v_again == v_model, "the trained weights are back after the EMA's validation (%.9g, %.9g)", v_model, v_again);
+    ok(isfinite(v_ema) && v_ema != v_model, "the EMA weights score differently (%.6f, %.6f)",
+       v_ema, v_model);
+    train_dataset_t *ds2;
+    train_trainer_t *other;
+    if (ok(train_dataset_create(N, 1, S, S, 4, pix, labels, &ds2) == TDL_OK &&
+               train_trainer_create_with_data(&o, ds2, &other) == TDL_OK,
+           "a second trainer")) {
+        dit_model_t *m = train_trainer_model(other);
+        memcpy(m->params, train_trainer_ema(tr), m->num_params * sizeof(float));
+        dit_model_params_changed(m);
+        st = train_trainer_val_loss(other, NULL, N, false, &v_other);
+        ok(st == TDL_OK && v_other == v_ema, "the EMA's validation loss is that of a model holding the EMA weights (%.9g, %.9g)",
+           v_ema, v_other);
+        train_trainer_free(other);
+    }
     train_trainer_free(tr);
 }
 
