@@ -228,6 +228,7 @@ static inline float dq_wide_level(int w, int k)
 
 typedef struct dq_enc {
     dq_tables_t t;
+    int kind; /* of the tables: 0 fitted, 1 uniform */
     unsigned flags;
     bool stochastic;
     dq_rand_t rand;
@@ -528,6 +529,304 @@ DQ_AVX512 static void dq_dequantize_group_avx512(dq_tables_t t, const uint32_t *
 }
 #endif
 
+/* ---- AVX-512 with VBMI and GFNI: whole super-groups, one width-specialized loop per group ---- */
+
+#ifdef DQ_HAVE_AVX512
+#define DQ_ZV __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi,gfni")))
+#define DQ_INLINE inline __attribute__((always_inline))
+
+/* Byte shuffles of the plane transposes (dq_zidx_init): with GF2P8AFFINEQB, which transposes
+ * the 8x8 bit matrix of each qword, 32 codes of up to 16 bits become their bit planes in three
+ * instructions and back in three. */
+static struct {
+    _Alignas(64) uint8_t gather[64]; /* codes (dwords) to qwords: q < 4 low bytes, q >= 4 high */
+    _Alignas(64) uint8_t planes[64]; /* transposed qwords to the planes' byte order */
+    _Alignas(64) uint8_t unplane[64]; /* the planes' bytes to qwords */
+    _Alignas(64) uint8_t codes[2][64]; /* transposed qwords to the codes of values 0-15, 16-31 */
+    _Alignas(64) uint8_t bit[64];    /* 1 << (byte % 8): the GF2P8AFFINEQB operand */
+} dq_zidx;
+
+/* The level search by buckets: v in [-1, 1] falls in bucket b = (int)((v + 1) * 64) (of 128,
+ * the last one holding 1 too), and the search starts from the largest level index below every
+ * v of the bucket (dq_zstart), leaving at most dq_zfix(w) levels to compare with v, all at once
+ * (not one after the other as the binary search does). Where the tables would need more (or
+ * are not increasing), the binary search runs (dq_zbucket false). */
+#define DQ_ZB 128
+static _Alignas(64) uint8_t dq_zstart[2][DQ_MAX_WIDTH + 1][DQ_ZB];
+static bool dq_zbucket[2][DQ_MAX_WIDTH + 1];
+
+static inline int dq_zfix(int w)
+{
+    return w <= 6 ? 1 : w == 7 ? 2 : 4;
+}
+
+/* The binary search's level index for v, in double (exact for the bucket edges). */
+static int dq_zsearch(const float *lv, int w, double v)
+{
+    int k = 0;
+    for (int step = 1 << (w - 1); step; step >>= 1)
+        k += (double)lv[k + step] <= v ? step : 0;
+    return k;
+}
+
+static void dq_zbucket_init(void)
+{
+    for (int kind = 0; kind < 2; kind++) {
+        dq_tables_t t = dq_tables(kind);
+        for (int w = 4; w <= DQ_MAX_WIDTH; w++) {
+            const float *lv = t.lv[w];
+            bool ok = true;
+            for (int k = 0; k + 1 < 1 << w; k++)
+                ok &= lv[k] < lv[k + 1];
+            /* fl(v + 1) is within 2^-24 of v + 1: a margin of 2^-22 holds every v of bucket b */
+            for (int b = 0; b < DQ_ZB && ok; b++) {
+                int lo = dq_zsearch(lv, w, -1.0 + 2.0 * b / DQ_ZB - 0x1p-22);
+                int hi = dq_zsearch(lv, w, -1.0 + 2.0 * (b + 1) / DQ_ZB + 0x1p-22);
+                dq_zstart[kind][w][b] = (uint8_t)lo;
+                ok = hi - lo <= dq_zfix(w);
+            }
+            dq_zbucket[kind][w] = ok;
+        }
+    }
+}
+
+static void dq_zidx_init(void)
+{
+    dq_zbucket_init();
+    for (int i = 0; i < 64; i++) {
+        int hi = i >> 5, q = (i >> 3) & 3, k = 7 - (i & 7), j = i >> 2;
+        dq_zidx.gather[i] = (uint8_t)(4 * (8 * q + k) + hi);
+        dq_zidx.planes[i] = (uint8_t)(j < 8 ? 8 * (i & 3) + j : 32 + 8 * (i & 3) + j - 8);
+        dq_zidx.unplane[i] = (uint8_t)(4 * (k + 8 * hi) + q);
+        dq_zidx.codes[0][i] = (uint8_t)((i & 3) == 0 ? i >> 2 : (i & 3) == 1 ? 32 + (i >> 2) : 0);
+        dq_zidx.codes[1][i] = (uint8_t)(dq_zidx.codes[0][i] + ((i & 3) < 2 ? 16 : 0));
+        dq_zidx.bit[i] = (uint8_t)(1u << (i & 7));
+    }
+}
+
+static inline __mmask64 dq_zbytes(int w)
+{
+    return (__mmask64)(~0ull >> (64 - 4 * w));
+}
+
+/* The 32 codes c0 (values 0-15), c1 (16-31), below 2^w, as w planes of 32 bits at o. */
+DQ_ZV static DQ_INLINE void dq_z_planes_store(__m512i c0, __m512i c1, int w, unsigned char *o)
+{
+    __m512i a = _mm512_permutex2var_epi8(c0, _mm512_load_si512(dq_zidx.gather), c1);
+    __m512i t = _mm512_gf2p8affine_epi64_epi8(_mm512_load_si512(dq_zidx.bit), a, 0);
+    _mm512_mask_storeu_epi8(o, dq_zbytes(w), _mm512_permutexvar_epi8(_mm512_load_si512(dq_zidx.planes), t));
+}
+
+/* The 32 codes held in the w planes at p, as dwords. */
+DQ_ZV static DQ_INLINE void dq_z_planes_load(const unsigned char *p, int w, __m512i *c0,
+                                             __m512i *c1)
+{
+    __m512i a = _mm512_permutexvar_epi8(_mm512_load_si512(dq_zidx.unplane),
+                                        _mm512_maskz_loadu_epi8(dq_zbytes(w), p));
+    __m512i t = _mm512_gf2p8affine_epi64_epi8(_mm512_load_si512(dq_zidx.bit), a, 0);
+    const __mmask64 lo2 = 0x3333333333333333ull;
+    *c0 = _mm512_maskz_permutexvar_epi8(lo2, _mm512_load_si512(dq_zidx.codes[0]), t);
+    *c1 = _mm512_maskz_permutexvar_epi8(lo2, _mm512_load_si512(dq_zidx.codes[1]), t);
+}
+
+/* Entry k of the table tab of width w <= 8 for 16 indices: permutes of register pairs of 32
+ * entries, then blends on the higher index bits; gathers in the search of the widest (gather:
+ * true), where the tables would not stay in registers. */
+DQ_ZV static DQ_INLINE __m512 dq_z_lookup(const float *tab, __m512i k, int w, bool gather)
+{
+    if (w <= 4)
+        return _mm512_permutexvar_ps(k, _mm512_loadu_ps(tab));
+    if (gather && w >= 7)
+        return _mm512_i32gather_ps(k, tab, 4);
+    __m512 r[8];
+    int np = 1 << (w - 5);
+    for (int i = 0; i < np; i++)
+        r[i] = _mm512_permutex2var_ps(_mm512_loadu_ps(tab + 32 * i), k,
+                                      _mm512_loadu_ps(tab + 32 * i + 16));
+    for (int b = 5; np > 1; b++, np >>= 1) {
+        __mmask16 up = _mm512_test_epi32_mask(k, _mm512_set1_epi32(1 << b));
+        for (int i = 0; i < np / 2; i++)
+            r[i] = _mm512_mask_blend_ps(up, r[2 * i], r[2 * i + 1]);
+    }
+    return r[0];
+}
+
+/* dq_quantize_group_avx512 for one width w (a constant where inlined, but for the uniform
+ * widths above the tables), the planes stored at o. */
+DQ_ZV static DQ_INLINE void dq_z_quantize(const dq_enc_t *c, const float *x, int cnt, float inv,
+                                          int w, uint32_t a, unsigned char *o)
+{
+    __mmask16 m0 = (__mmask16)(cnt >= 16 ? 0xffff : (1u << cnt) - 1);
+    __mmask16 m1 = (__mmask16)(cnt >= 32 ? 0xffff : cnt > 16 ? (1u << (cnt - 16)) - 1 : 0);
+    int top = (1 << w) - 1;
+    __m512 vinv = _mm512_set1_ps(inv), lo = _mm512_set1_ps(-1.0f), hi = _mm512_set1_ps(1.0f);
+    __m512 v0 = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m0, x), vinv), lo), hi);
+    __m512 v1 = _mm512_min_ps(
+        _mm512_max_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m1, x + 16), vinv), lo), hi);
+    __m512i k0 = _mm512_setzero_si512(), k1 = _mm512_setzero_si512();
+    __m512i tm1 = _mm512_set1_epi32(top - 1);
+    __m512 p0, p1;
+    if (w <= DQ_MAX_WIDTH) {
+        const float *lv = c->t.lv[w], *ig = c->t.ig[w];
+        if (w >= 4 && dq_zbucket[c->kind][w]) {
+            const uint8_t *kb = dq_zstart[c->kind][w];
+            __m512 nb = _mm512_set1_ps(DQ_ZB / 2);
+            __m512i last = _mm512_set1_epi32(DQ_ZB - 1), one = _mm512_set1_epi32(1);
+            __m512i tb0 = _mm512_load_si512(kb), tb1 = _mm512_load_si512(kb + 64);
+            __m512i b0 = _mm512_cvttps_epi32(_mm512_mul_ps(_mm512_add_ps(v0, hi), nb));
+            __m512i b1 = _mm512_cvttps_epi32(_mm512_mul_ps(_mm512_add_ps(v1, hi), nb));
+            const __mmask64 low = 0x1111111111111111ull;
+            __m512i s0 = _mm512_maskz_permutex2var_epi8(low, tb0, _mm512_min_epi32(b0, last), tb1);
+            __m512i s1 = _mm512_maskz_permutex2var_epi8(low, tb0, _mm512_min_epi32(b1, last), tb1);
+            __m512i vtop = _mm512_set1_epi32(top);
+            k0 = s0, k1 = s1;
+            for (int i = 1; i <= dq_zfix(w); i++) {
+                __m512i n0 = _mm512_min_epi32(_mm512_add_epi32(s0, _mm512_set1_epi32(i)), vtop);
+                __m512i n1 = _mm512_min_epi32(_mm512_add_epi32(s1, _mm512_set1_epi32(i)), vtop);
+                __mmask16 l0 = _mm512_cmp_ps_mask(dq_z_lookup(lv, n0, w, true), v0, _CMP_LE_OQ);
+                __mmask16 l1 = _mm512_cmp_ps_mask(dq_z_lookup(lv, n1, w, true), v1, _CMP_LE_OQ);
+                k0 = _mm512_mask_add_epi32(k0, l0, k0, one);
+                k1 = _mm512_mask_add_epi32(k1, l1, k1, one);
+            }
+        } else {
+            for (int step = 1 << (w - 1); step; step >>= 1) {
+                __m512i st = _mm512_set1_epi32(step);
+                __m512i n0 = _mm512_add_epi32(k0, st), n1 = _mm512_add_epi32(k1, st);
+                __mmask16 l0 = _mm512_cmp_ps_mask(dq_z_lookup(lv, n0, w, true), v0, _CMP_LE_OQ);
+                __mmask16 l1 = _mm512_cmp_ps_mask(dq_z_lookup(lv, n1, w, true), v1, _CMP_LE_OQ);
+                k0 = _mm512_mask_mov_epi32(k0, l0, n0);
+                k1 = _mm512_mask_mov_epi32(k1, l1, n1);
+            }
+        }
+        k0 = _mm512_min_epi32(k0, tm1), k1 = _mm512_min_epi32(k1, tm1);
+        p0 = _mm512_mul_ps(_mm512_sub_ps(v0, dq_z_lookup(lv, k0, w, true)),
+                           dq_z_lookup(ig, k0, w, true));
+        p1 = _mm512_mul_ps(_mm512_sub_ps(v1, dq_z_lookup(lv, k1, w, true)),
+                           dq_z_lookup(ig, k1, w, true));
+    } else {
+        __m512 is = _mm512_set1_ps(dq_wide_inv_step(w)), st = _mm512_set1_ps(2.0f / (float)top);
+        __m512i zero = _mm512_setzero_si512();
+        k0 = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvttps_epi32(_mm512_mul_ps(_mm512_add_ps(v0, hi), is)), zero), tm1);
+        k1 = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvttps_epi32(_mm512_mul_ps(_mm512_add_ps(v1, hi), is)), zero), tm1);
+        p0 = _mm512_mul_ps(_mm512_sub_ps(v0, _mm512_add_ps(lo, _mm512_mul_ps(_mm512_cvtepi32_ps(k0), st))), is);
+        p1 = _mm512_mul_ps(_mm512_sub_ps(v1, _mm512_add_ps(lo, _mm512_mul_ps(_mm512_cvtepi32_ps(k1), st))), is);
+    }
+    __mmask16 u0, u1;
+    if (c->stochastic) {
+        __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        __m512i g = _mm512_set1_epi32((int32_t)DQ_GOLDEN), key = _mm512_set1_epi32((int32_t)c->rand.key);
+        __m512i c1 = _mm512_set1_epi32((int32_t)0x85ebca6bu), c2 = _mm512_set1_epi32((int32_t)0xc2b2ae35u);
+        __m512i off = _mm512_set1_epi32((int32_t)c->rand.offset);
+        __m512 scale = _mm512_set1_ps(0x1.0p-24f);
+        __m512i i0 = _mm512_add_epi32(_mm512_set1_epi32((int32_t)a), lane);
+        __m512i i1 = _mm512_add_epi32(i0, _mm512_set1_epi32(16));
+        __m512i r0 = _mm512_add_epi32(_mm512_mullo_epi32(i0, g), key);
+        __m512i r1 = _mm512_add_epi32(_mm512_mullo_epi32(i1, g), key);
+        r0 = _mm512_xor_si512(r0, _mm512_srli_epi32(r0, 16)), r1 = _mm512_xor_si512(r1, _mm512_srli_epi32(r1, 16));
+        r0 = _mm512_mullo_epi32(r0, c1), r1 = _mm512_mullo_epi32(r1, c1);
+        r0 = _mm512_xor_si512(r0, _mm512_srli_epi32(r0, 13)), r1 = _mm512_xor_si512(r1, _mm512_srli_epi32(r1, 13));
+        r0 = _mm512_mullo_epi32(r0, c2), r1 = _mm512_mullo_epi32(r1, c2);
+        r0 = _mm512_xor_si512(r0, _mm512_srli_epi32(r0, 16)), r1 = _mm512_xor_si512(r1, _mm512_srli_epi32(r1, 16));
+        r0 = _mm512_add_epi32(r0, off), r1 = _mm512_add_epi32(r1, off);
+        __m512 f0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(r0, 8)), scale);
+        __m512 f1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(r1, 8)), scale);
+        u0 = _mm512_cmp_ps_mask(f0, p0, _CMP_LT_OQ), u1 = _mm512_cmp_ps_mask(f1, p1, _CMP_LT_OQ);
+    } else {
+        __m512 half = _mm512_set1_ps(0.5f);
+        u0 = _mm512_cmp_ps_mask(p0, half, _CMP_GT_OQ), u1 = _mm512_cmp_ps_mask(p1, half, _CMP_GT_OQ);
+    }
+    __m512i one = _mm512_set1_epi32(1);
+    __m512i c0 = _mm512_maskz_mov_epi32(m0, _mm512_mask_add_epi32(k0, u0, k0, one));
+    __m512i cc1 = _mm512_maskz_mov_epi32(m1, _mm512_mask_add_epi32(k1, u1, k1, one));
+    dq_z_planes_store(c0, cc1, w, o);
+}
+
+/* The groups of a super-group of m values at x (absolute index a0), exponents e, widths w and
+ * scales step[e] decided, into the value bytes at val (zeroed). */
+DQ_ZV static void dq_z_quantize_sg(const dq_enc_t *c, const float *x, size_t m, const int *e,
+                                   const int *w, const float *step, uint64_t a0,
+                                   unsigned char *val)
+{
+    int ng = (int)dq_groups(m);
+    for (int g = 0; g < ng; g++) {
+        if (e[g] == DQ_EZERO)
+            continue;
+        int first = g * DQ_GROUP, cnt = (int)TDL_MIN((size_t)DQ_GROUP, m - (size_t)first);
+        float inv = 1.0f / step[e[g]];
+        uint32_t a = (uint32_t)(a0 + (uint64_t)first);
+        switch (w[g]) {
+#define DQ_ZQ(W)                                                                                   \
+    case W:                                                                                        \
+        dq_z_quantize(c, x + first, cnt, inv, W, a, val);                                          \
+        break;
+            DQ_ZQ(1) DQ_ZQ(2) DQ_ZQ(3) DQ_ZQ(4) DQ_ZQ(5) DQ_ZQ(6) DQ_ZQ(7) DQ_ZQ(8)
+#undef DQ_ZQ
+        default:
+            dq_z_quantize(c, x + first, cnt, inv, w[g], a, val);
+        }
+        val += 4 * w[g];
+    }
+}
+
+/* dq_dequantize_group_avx512 for one width w, the planes read at p. */
+DQ_ZV static DQ_INLINE void dq_z_dequantize(dq_tables_t t, const unsigned char *p, int w,
+                                            float s, int cnt, float *x, const float *base)
+{
+    __m512i code[2];
+    dq_z_planes_load(p, w, &code[0], &code[1]);
+    __m512 vs = _mm512_set1_ps(s);
+    for (int h = 0; h < 2; h++) {
+        __mmask16 m = (__mmask16)(cnt >= 16 * (h + 1) ? 0xffff
+                                  : cnt > 16 * h      ? (1u << (cnt - 16 * h)) - 1
+                                                      : 0);
+        if (!m)
+            break;
+        __m512 y;
+        if (w <= DQ_MAX_WIDTH) {
+            y = _mm512_mul_ps(dq_z_lookup(t.lv[w], code[h], w, false), vs);
+        } else {
+            __m512 st = _mm512_set1_ps(2.0f / (float)((1 << w) - 1));
+            y = _mm512_mul_ps(_mm512_add_ps(_mm512_set1_ps(-1.0f),
+                                            _mm512_mul_ps(_mm512_cvtepi32_ps(code[h]), st)),
+                              vs);
+        }
+        if (base)
+            y = _mm512_add_ps(_mm512_maskz_loadu_ps(m, base + 16 * h), y);
+        _mm512_mask_storeu_ps(x + 16 * h, m, y);
+    }
+}
+
+/* The non-zero groups of dq_decode_sg: meta and val as there, S finite. */
+DQ_ZV static void dq_z_decode_sg(dq_tables_t t, const unsigned char *meta,
+                                 const unsigned char *val, size_t m, float S, float *x,
+                                 const float *base)
+{
+    int ng = (int)dq_groups(m);
+    for (int g = 0; g < ng; g++) {
+        int first = g * DQ_GROUP, cnt = (int)TDL_MIN((size_t)DQ_GROUP, m - (size_t)first);
+        int e = meta[g] >> 4, w = (meta[g] & 15) + 1;
+        const float *b = base ? base + first : NULL;
+        if (e == DQ_EZERO) { /* the value 0: base + 0 is base, but -0 + 0 is +0 */
+            for (int i = 0; i < cnt; i++)
+                x[first + i] = b ? b[i] + 0.0f : 0.0f;
+            continue;
+        }
+        float s = S * dq_half_pow(e);
+        switch (w) {
+#define DQ_ZD(W)                                                                                   \
+    case W:                                                                                        \
+        dq_z_dequantize(t, val, W, s, cnt, x + first, b);                                          \
+        break;
+            DQ_ZD(1) DQ_ZD(2) DQ_ZD(3) DQ_ZD(4) DQ_ZD(5) DQ_ZD(6) DQ_ZD(7) DQ_ZD(8)
+#undef DQ_ZD
+        default:
+            dq_z_dequantize(t, val, w, s, cnt, x + first, b);
+        }
+        val += 4 * w;
+    }
+}
+#endif
+
 #ifdef DQ_HAVE_AVX512
 /* dq_sg_stats with 16 lanes: fpclass finds NaN and Inf. */
 DQ_AVX512 static bool dq_sg_stats_avx512(const float *x, size_t m, float *gmax)
@@ -551,6 +850,7 @@ DQ_AVX512 static bool dq_sg_stats_avx512(const float *x, size_t m, float *gmax)
 /* Which code runs the group loops: the AVX-512 one where the CPU has it, unless
  * TIDAL_DYNAMIQ_ISA=portable asks for the lane-by-lane loops (for tests and comparisons). */
 static int dq_isa = -1; /* 0 portable, 1 AVX-512 */
+static bool dq_zfast;   /* AVX-512 with VBMI and GFNI: the dq_z_ loops */
 static pthread_once_t dq_isa_once = PTHREAD_ONCE_INIT;
 
 static void dq_isa_init(void)
@@ -563,6 +863,8 @@ static void dq_isa_init(void)
         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
         __builtin_cpu_supports("avx512vl"))
         dq_isa = 1;
+    dq_zfast = __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("gfni");
+    dq_zidx_init();
 #else
     (void)env;
 #endif
@@ -650,6 +952,15 @@ static void dq_encode_sg(const dq_enc_t *c, const float *x, size_t m, const floa
         e[g] = gmax[g] == 0 ? DQ_EZERO : (c->flags & CODEC_DQ_FLAT_SCALE) ? 0 : eg;
     }
     dq_allocate(e, ng, 4 * units, (c->flags & CODEC_DQ_FIXED_WIDTH) != 0, w);
+#ifdef DQ_HAVE_AVX512
+    if (dq_isa == 1 && dq_zfast) {
+        for (int g = 0; g < ng; g++)
+            if (e[g] != DQ_EZERO)
+                meta[g] = (unsigned char)(e[g] << 4 | (w[g] - 1));
+        dq_z_quantize_sg(c, x, m, e, w, step, a0, val);
+        return;
+    }
+#endif
     for (int g = 0; g < ng; g++) {
         if (e[g] == DQ_EZERO)
             continue;
@@ -698,6 +1009,12 @@ static void dq_decode_sg(dq_tables_t t, const unsigned char *p, size_t m, float 
             x[i] = base ? base[i] + NAN : NAN;
         return;
     }
+#ifdef DQ_HAVE_AVX512
+    if (dq_isa == 1 && dq_zfast) {
+        dq_z_decode_sg(t, meta, val, m, S, x, base);
+        return;
+    }
+#endif
     for (int g = 0; g < ng; g++) {
         size_t first = (size_t)g * DQ_GROUP, cnt = TDL_MIN((size_t)DQ_GROUP, m - first);
         int e = meta[g] >> 4, w = (meta[g] & 15) + 1;
@@ -724,6 +1041,27 @@ static inline float dq_log2_bits(float x)
     return (float)((int32_t)codec_f32_bits(x) - 0x3f800000) * 0x1.0p-23f;
 }
 
+#ifdef DQ_HAVE_AVX512
+/* The value units the budget split below gives the first nk super-groups (full ones) at t: the
+ * same double operations, 8 super-groups at a time. */
+DQ_AVX512 static size_t dq_split_units_avx512(const float *est, size_t nk, double t)
+{
+    __m512d vt = _mm512_set1_pd(t), one = _mm512_set1_pd(1), top = _mm512_set1_pd(DQ_WMAX);
+    __m512d gps = _mm512_set1_pd(DQ_GPS);
+    __m256 none = _mm256_set1_ps(-INFINITY);
+    __m512i acc = _mm512_setzero_si512();
+    for (size_t k = 0; k < nk; k += 8) {
+        __mmask8 m = (__mmask8)(nk - k >= 8 ? 0xff : (1u << (nk - k)) - 1);
+        __m256 e = _mm256_maskz_loadu_ps(m, est + k);
+        m &= _mm256_cmp_ps_mask(e, none, _CMP_NEQ_OQ);
+        __m512d b = _mm512_add_pd(vt, _mm512_cvtps_pd(e));
+        b = _mm512_min_pd(_mm512_max_pd(b, one), top);
+        acc = _mm512_mask_add_epi64(acc, m, acc, _mm512_cvttpd_epi64(_mm512_mul_pd(b, gps)));
+    }
+    return (size_t)_mm512_reduce_add_epi64(acc);
+}
+#endif
+
 /* Value units for each super-group from its largest magnitude: reverse water-filling, bits per
  * value t + log2(est) clamped to [1, 16], for the largest t whose total fits `budget` bytes
  * (the units table and super-group overheads included). Zero estimates get no units. est is
@@ -747,8 +1085,14 @@ static void dq_split_budget(float *est, size_t n, size_t budget, unsigned flags,
     size_t last_ng = dq_groups(n - (nsg - 1) * DQ_SUPER);
     for (int it = 0; it < 40; it++) {
         double t = 0.5 * (lo + hi);
-        size_t total = fixed;
-        for (size_t k = 0; k < nsg; k++) {
+        size_t total = fixed, k = 0;
+#ifdef DQ_HAVE_AVX512
+        if (dq_isa == 1 && nsg > 1) {
+            total += 4 * dq_split_units_avx512(est, nsg - 1, t);
+            k = nsg - 1;
+        }
+#endif
+        for (; k < nsg; k++) {
             if (est[k] == -INFINITY)
                 continue;
             double b = t + (double)est[k];
@@ -827,6 +1171,7 @@ static tdl_status_t dq_run(const void *cfg, const codec_where_t *w, const float 
     pthread_once(&dq_isa_once, dq_isa_init);
     unsigned flags = dq_flags(cfg);
     dq_enc_t c = {.t = dq_tables((flags & CODEC_DQ_UNIFORM) ? 1 : 0),
+                  .kind = (flags & CODEC_DQ_UNIFORM) ? 1 : 0,
                   .flags = flags,
                   .stochastic = dq_stochastic(cfg),
                   .rand = dq_rand_of(cfg, w)};
