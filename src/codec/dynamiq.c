@@ -573,7 +573,7 @@ static void dq_zbucket_init(void)
 {
     for (int kind = 0; kind < 2; kind++) {
         dq_tables_t t = dq_tables(kind);
-        for (int w = 4; w <= DQ_MAX_WIDTH; w++) {
+        for (int w = 1; w <= DQ_MAX_WIDTH; w++) {
             const float *lv = t.lv[w];
             bool ok = true;
             for (int k = 0; k + 1 < 1 << w; k++)
@@ -629,13 +629,13 @@ DQ_ZV static DQ_INLINE void dq_z_planes_load(const unsigned char *p, int w, __m5
     *c1 = _mm512_maskz_permutexvar_epi8(lo2, _mm512_load_si512(dq_zidx.codes[1]), t);
 }
 
-/* Entry k of the table tab of width w <= 8 for 16 indices: permutes of register pairs of 32
- * entries, then blends on the higher index bits; gathers in the search of the widest (gather:
- * true), where the tables would not stay in registers. */
-DQ_ZV static DQ_INLINE __m512 dq_z_lookup(const float *tab, __m512i k, int w, bool gather)
+/* Entry k of the table tab of width w <= lw for 16 indices: permutes of register pairs of 32
+ * entries (one for lw <= 5, so that widths 1 to 5 share their loops), then blends on the higher
+ * index bits; gathers in the search of the widest (gather: true), where the tables would not
+ * stay in registers. */
+DQ_ZV static DQ_INLINE __m512 dq_z_lookup(const float *tab, __m512i k, int lw, bool gather)
 {
-    if (w <= 4)
-        return _mm512_permutexvar_ps(k, _mm512_loadu_ps(tab));
+    int w = lw < 5 ? 5 : lw;
     if (gather && w >= 7)
         return _mm512_i32gather_ps(k, tab, 4);
     __m512 r[8];
@@ -651,10 +651,10 @@ DQ_ZV static DQ_INLINE __m512 dq_z_lookup(const float *tab, __m512i k, int w, bo
     return r[0];
 }
 
-/* dq_quantize_group_avx512 for one width w (a constant where inlined, but for the uniform
- * widths above the tables), the planes stored at o. */
+/* dq_quantize_group_avx512 for width w, table look-ups as for width lw (a constant; 0 for the
+ * uniform widths above the tables), the planes stored at o. */
 DQ_ZV static DQ_INLINE void dq_z_quantize(const dq_enc_t *c, const float *x, int cnt, float inv,
-                                          int w, uint32_t a, unsigned char *o)
+                                          int w, int lw, uint32_t a, unsigned char *o)
 {
     __mmask16 m0 = (__mmask16)(cnt >= 16 ? 0xffff : (1u << cnt) - 1);
     __mmask16 m1 = (__mmask16)(cnt >= 32 ? 0xffff : cnt > 16 ? (1u << (cnt - 16)) - 1 : 0);
@@ -666,9 +666,9 @@ DQ_ZV static DQ_INLINE void dq_z_quantize(const dq_enc_t *c, const float *x, int
     __m512i k0 = _mm512_setzero_si512(), k1 = _mm512_setzero_si512();
     __m512i tm1 = _mm512_set1_epi32(top - 1);
     __m512 p0, p1;
-    if (w <= DQ_MAX_WIDTH) {
+    if (lw) {
         const float *lv = c->t.lv[w], *ig = c->t.ig[w];
-        if (w >= 4 && dq_zbucket[c->kind][w]) {
+        if (dq_zbucket[c->kind][w]) {
             const uint8_t *kb = dq_zstart[c->kind][w];
             __m512 nb = _mm512_set1_ps(DQ_ZB / 2);
             __m512i last = _mm512_set1_epi32(DQ_ZB - 1), one = _mm512_set1_epi32(1);
@@ -680,11 +680,11 @@ DQ_ZV static DQ_INLINE void dq_z_quantize(const dq_enc_t *c, const float *x, int
             __m512i s1 = _mm512_maskz_permutex2var_epi8(low, tb0, _mm512_min_epi32(b1, last), tb1);
             __m512i vtop = _mm512_set1_epi32(top);
             k0 = s0, k1 = s1;
-            for (int i = 1; i <= dq_zfix(w); i++) {
+            for (int i = 1; i <= dq_zfix(lw); i++) {
                 __m512i n0 = _mm512_min_epi32(_mm512_add_epi32(s0, _mm512_set1_epi32(i)), vtop);
                 __m512i n1 = _mm512_min_epi32(_mm512_add_epi32(s1, _mm512_set1_epi32(i)), vtop);
-                __mmask16 l0 = _mm512_cmp_ps_mask(dq_z_lookup(lv, n0, w, true), v0, _CMP_LE_OQ);
-                __mmask16 l1 = _mm512_cmp_ps_mask(dq_z_lookup(lv, n1, w, true), v1, _CMP_LE_OQ);
+                __mmask16 l0 = _mm512_cmp_ps_mask(dq_z_lookup(lv, n0, lw, true), v0, _CMP_LE_OQ);
+                __mmask16 l1 = _mm512_cmp_ps_mask(dq_z_lookup(lv, n1, lw, true), v1, _CMP_LE_OQ);
                 k0 = _mm512_mask_add_epi32(k0, l0, k0, one);
                 k1 = _mm512_mask_add_epi32(k1, l1, k1, one);
             }
@@ -692,17 +692,17 @@ DQ_ZV static DQ_INLINE void dq_z_quantize(const dq_enc_t *c, const float *x, int
             for (int step = 1 << (w - 1); step; step >>= 1) {
                 __m512i st = _mm512_set1_epi32(step);
                 __m512i n0 = _mm512_add_epi32(k0, st), n1 = _mm512_add_epi32(k1, st);
-                __mmask16 l0 = _mm512_cmp_ps_mask(dq_z_lookup(lv, n0, w, true), v0, _CMP_LE_OQ);
-                __mmask16 l1 = _mm512_cmp_ps_mask(dq_z_lookup(lv, n1, w, true), v1, _CMP_LE_OQ);
+                __mmask16 l0 = _mm512_cmp_ps_mask(dq_z_lookup(lv, n0, lw, true), v0, _CMP_LE_OQ);
+                __mmask16 l1 = _mm512_cmp_ps_mask(dq_z_lookup(lv, n1, lw, true), v1, _CMP_LE_OQ);
                 k0 = _mm512_mask_mov_epi32(k0, l0, n0);
                 k1 = _mm512_mask_mov_epi32(k1, l1, n1);
             }
         }
         k0 = _mm512_min_epi32(k0, tm1), k1 = _mm512_min_epi32(k1, tm1);
-        p0 = _mm512_mul_ps(_mm512_sub_ps(v0, dq_z_lookup(lv, k0, w, true)),
-                           dq_z_lookup(ig, k0, w, true));
-        p1 = _mm512_mul_ps(_mm512_sub_ps(v1, dq_z_lookup(lv, k1, w, true)),
-                           dq_z_lookup(ig, k1, w, true));
+        p0 = _mm512_mul_ps(_mm512_sub_ps(v0, dq_z_lookup(lv, k0, lw, true)),
+                           dq_z_lookup(ig, k0, lw, true));
+        p1 = _mm512_mul_ps(_mm512_sub_ps(v1, dq_z_lookup(lv, k1, lw, true)),
+                           dq_z_lookup(ig, k1, lw, true));
     } else {
         __m512 is = _mm512_set1_ps(dq_wide_inv_step(w)), st = _mm512_set1_ps(2.0f / (float)top);
         __m512i zero = _mm512_setzero_si512();
@@ -755,21 +755,135 @@ DQ_ZV static void dq_z_quantize_sg(const dq_enc_t *c, const float *x, size_t m, 
         float inv = 1.0f / step[e[g]];
         uint32_t a = (uint32_t)(a0 + (uint64_t)first);
         switch (w[g]) {
-#define DQ_ZQ(W)                                                                                   \
-    case W:                                                                                        \
-        dq_z_quantize(c, x + first, cnt, inv, W, a, val);                                          \
-        break;
-            DQ_ZQ(1) DQ_ZQ(2) DQ_ZQ(3) DQ_ZQ(4) DQ_ZQ(5) DQ_ZQ(6) DQ_ZQ(7) DQ_ZQ(8)
-#undef DQ_ZQ
+        case 1: case 2: case 3: case 4: case 5:
+            dq_z_quantize(c, x + first, cnt, inv, w[g], 5, a, val);
+            break;
+        case 6:
+            dq_z_quantize(c, x + first, cnt, inv, 6, 6, a, val);
+            break;
+        case 7:
+            dq_z_quantize(c, x + first, cnt, inv, 7, 7, a, val);
+            break;
+        case 8:
+            dq_z_quantize(c, x + first, cnt, inv, 8, 8, a, val);
+            break;
         default:
-            dq_z_quantize(c, x + first, cnt, inv, w[g], a, val);
+            dq_z_quantize(c, x + first, cnt, inv, w[g], 0, a, val);
         }
         val += 4 * w[g];
     }
 }
 
-/* dq_dequantize_group_avx512 for one width w, the planes read at p. */
-DQ_ZV static DQ_INLINE void dq_z_dequantize(dq_tables_t t, const unsigned char *p, int w,
+/* dq_allocate's widths, not fixed, for the exponents E (DQ_EZERO for zero groups and the lanes
+ * past the super-group's groups) within vb value bytes. The threshold the bisection finds is the
+ * number of t in [1, 46] whose cost fits (the cost grows with t), counted for all t at once;
+ * the remaining units go to the groups next in line, ordered by (exponent, index). */
+DQ_ZV static __m256i dq_z_allocate(__m256i E, int vb)
+{
+    __mmask8 nz = _mm256_cmpneq_epi32_mask(E, _mm256_set1_epi32(DQ_EZERO));
+    __m256i cost[3], tv[3];
+    for (int r = 0; r < 3; r++) {
+        cost[r] = _mm256_setzero_si256();
+        tv[r] = _mm256_add_epi16(_mm256_set1_epi16((short)(1 + 16 * r)),
+                                 _mm256_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,
+                                                   14, 15));
+    }
+    __m256i one16 = _mm256_set1_epi16(1), top16 = _mm256_set1_epi16(DQ_WMAX);
+    int e[8];
+    _mm256_storeu_si256((__m256i *)e, E);
+    for (int g = 0; g < 8; g++) {
+        if (e[g] == DQ_EZERO)
+            continue;
+        __m256i ev = _mm256_set1_epi16((short)e[g]);
+        for (int r = 0; r < 3; r++) {
+            __m256i d = _mm256_max_epi16(_mm256_sub_epi16(tv[r], ev), _mm256_setzero_si256());
+            __m256i wv = _mm256_min_epi16(_mm256_max_epi16(_mm256_srli_epi16(d, 1), one16), top16);
+            cost[r] = _mm256_add_epi16(cost[r], wv);
+        }
+    }
+    __m256i fits = _mm256_set1_epi16((short)(vb / 4));
+    int lo = __builtin_popcount(_mm256_cmple_epi16_mask(cost[0], fits)) +
+             __builtin_popcount(_mm256_cmple_epi16_mask(cost[1], fits)) +
+             __builtin_popcount(_mm256_cmple_epi16_mask(cost[2], fits) & 0x3fff);
+    /* widths at lo and lo + 1 */
+    __m256i one = _mm256_set1_epi32(1);
+    __m256i top = _mm256_set1_epi32(DQ_WMAX), zero = _mm256_setzero_si256();
+    __m256i d = _mm256_max_epi32(_mm256_sub_epi32(_mm256_set1_epi32(lo), E), zero);
+    __m256i w = _mm256_maskz_min_epi32(
+        nz, _mm256_max_epi32(_mm256_srli_epi32(d, 1), one), top);
+    __m256i d1 = _mm256_max_epi32(_mm256_sub_epi32(_mm256_set1_epi32(lo + 1), E), zero);
+    __m256i w1 = _mm256_min_epi32(_mm256_max_epi32(_mm256_srli_epi32(d1, 1), one), top);
+    __mmask8 cand = _mm256_mask_cmpgt_epi32_mask(nz, w1, w);
+    __m256i w4 = _mm256_slli_epi32(w, 2);
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(w4), _mm256_extracti128_si256(w4, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    int left = vb - _mm_cvtsi128_si32(s);
+    if (left < 4 || !cand)
+        return w;
+    /* rank of each candidate in (exponent, index) order; the first left / 4 get one more */
+    __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256i key = _mm256_mask_or_epi32(_mm256_set1_epi32(0x7fff), cand,
+                                       _mm256_slli_epi32(E, 3), lane);
+    __m256i rank = zero;
+    for (int r = 1; r < 8; r++) {
+        __m256i rot = _mm256_permutexvar_epi32(_mm256_and_si256(_mm256_add_epi32(lane,
+                                               _mm256_set1_epi32(r)), _mm256_set1_epi32(7)), key);
+        rank = _mm256_mask_add_epi32(rank, _mm256_cmplt_epi32_mask(rot, key), rank, one);
+    }
+    __mmask8 more = _mm256_mask_cmplt_epi32_mask(cand, rank, _mm256_set1_epi32(left / 4));
+    return _mm256_mask_add_epi32(w, more, w, one);
+}
+
+/* dq_encode_sg after its NaN check: the scale, exponents, widths and meta of the super-group,
+ * in 8 lanes, then its groups. */
+DQ_ZV static void dq_z_encode_sg(const dq_enc_t *c, const float *x, size_t m, const float *gmax,
+                                 uint64_t a0, int units, unsigned char *o)
+{
+    int ng = (int)dq_groups(m);
+    __mmask8 lanes = (__mmask8)((1u << ng) - 1);
+    __m256 gm = _mm256_maskz_loadu_ps(lanes, gmax);
+    float smax = _mm512_reduce_max_ps(_mm512_zextps256_ps512(gm));
+    uint32_t u = codec_f32_bits(smax);
+    u = (u >> 16) + ((u & 0xffffu) != 0);
+    if (u >= 0x7f80u)
+        u = 0x7f7fu; /* the largest finite bf16 */
+    codec_store_le16(o, (uint16_t)u);
+    float S = codec_bits_f32(u << 16);
+    float step[16];
+    _mm512_storeu_ps(step, _mm512_mul_ps(_mm512_set1_ps(S),
+                                         _mm512_maskz_loadu_ps(0x7fff, dq_half_table)));
+    __m256i E = _mm256_set1_epi32(DQ_EZERO), one = _mm256_set1_epi32(1);
+    __mmask8 nz = _mm256_mask_cmp_ps_mask(lanes, gm, _mm256_setzero_ps(), _CMP_NEQ_OQ);
+    if (!(c->flags & CODEC_DQ_FLAT_SCALE)) {
+        __m256i eg[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+        for (int j = 1; j <= DQ_EMAX; j++)
+            eg[j & 1] = _mm256_mask_add_epi32(
+                eg[j & 1], _mm256_cmp_ps_mask(_mm256_set1_ps(step[j]), gm, _CMP_GE_OQ), eg[j & 1],
+                one);
+        E = _mm256_mask_mov_epi32(E, nz, _mm256_add_epi32(eg[0], eg[1]));
+    } else {
+        E = _mm256_mask_mov_epi32(E, nz, _mm256_setzero_si256());
+    }
+    __m256i W;
+    int e[8], w[8];
+    _mm256_storeu_si256((__m256i *)e, E);
+    if (c->flags & CODEC_DQ_FIXED_WIDTH) {
+        dq_allocate(e, ng, 4 * units, 1, w);
+        W = _mm256_maskz_loadu_epi32(lanes, w);
+    } else {
+        W = dq_z_allocate(E, 4 * units);
+        _mm256_storeu_si256((__m256i *)w, W);
+    }
+    __m256i meta = _mm256_mask_or_epi32(_mm256_set1_epi32(DQ_META_ZERO), nz,
+                                        _mm256_slli_epi32(E, 4), _mm256_sub_epi32(W, one));
+    _mm_mask_storeu_epi8(o + 2, lanes, _mm256_cvtepi32_epi8(meta));
+    dq_z_quantize_sg(c, x, m, e, w, step, a0, o + 2 + ng);
+}
+
+/* dq_dequantize_group_avx512 for width w, look-ups as for width lw (as dq_z_quantize), the
+ * planes read at p. */
+DQ_ZV static DQ_INLINE void dq_z_dequantize(dq_tables_t t, const unsigned char *p, int w, int lw,
                                             float s, int cnt, float *x, const float *base)
 {
     __m512i code[2];
@@ -782,8 +896,8 @@ DQ_ZV static DQ_INLINE void dq_z_dequantize(dq_tables_t t, const unsigned char *
         if (!m)
             break;
         __m512 y;
-        if (w <= DQ_MAX_WIDTH) {
-            y = _mm512_mul_ps(dq_z_lookup(t.lv[w], code[h], w, false), vs);
+        if (lw) {
+            y = _mm512_mul_ps(dq_z_lookup(t.lv[w], code[h], lw, false), vs);
         } else {
             __m512 st = _mm512_set1_ps(2.0f / (float)((1 << w) - 1));
             y = _mm512_mul_ps(_mm512_add_ps(_mm512_set1_ps(-1.0f),
@@ -813,14 +927,20 @@ DQ_ZV static void dq_z_decode_sg(dq_tables_t t, const unsigned char *meta,
         }
         float s = S * dq_half_pow(e);
         switch (w) {
-#define DQ_ZD(W)                                                                                   \
-    case W:                                                                                        \
-        dq_z_dequantize(t, val, W, s, cnt, x + first, b);                                          \
-        break;
-            DQ_ZD(1) DQ_ZD(2) DQ_ZD(3) DQ_ZD(4) DQ_ZD(5) DQ_ZD(6) DQ_ZD(7) DQ_ZD(8)
-#undef DQ_ZD
+        case 1: case 2: case 3: case 4: case 5:
+            dq_z_dequantize(t, val, w, 5, s, cnt, x + first, b);
+            break;
+        case 6:
+            dq_z_dequantize(t, val, 6, 6, s, cnt, x + first, b);
+            break;
+        case 7:
+            dq_z_dequantize(t, val, 7, 7, s, cnt, x + first, b);
+            break;
+        case 8:
+            dq_z_dequantize(t, val, 8, 8, s, cnt, x + first, b);
+            break;
         default:
-            dq_z_dequantize(t, val, w, s, cnt, x + first, b);
+            dq_z_dequantize(t, val, w, 0, s, cnt, x + first, b);
         }
         val += 4 * w;
     }
@@ -931,6 +1051,12 @@ static void dq_encode_sg(const dq_enc_t *c, const float *x, size_t m, const floa
         codec_store_le16(o, 0x7fc0);
         return;
     }
+#ifdef DQ_HAVE_AVX512
+    if (dq_isa == 1 && dq_zfast) {
+        dq_z_encode_sg(c, x, m, gmax, a0, units, o);
+        return;
+    }
+#endif
     float smax = 0;
     for (int g = 0; g < ng; g++)
         smax = dq_max(smax, gmax[g]);
@@ -952,15 +1078,6 @@ static void dq_encode_sg(const dq_enc_t *c, const float *x, size_t m, const floa
         e[g] = gmax[g] == 0 ? DQ_EZERO : (c->flags & CODEC_DQ_FLAT_SCALE) ? 0 : eg;
     }
     dq_allocate(e, ng, 4 * units, (c->flags & CODEC_DQ_FIXED_WIDTH) != 0, w);
-#ifdef DQ_HAVE_AVX512
-    if (dq_isa == 1 && dq_zfast) {
-        for (int g = 0; g < ng; g++)
-            if (e[g] != DQ_EZERO)
-                meta[g] = (unsigned char)(e[g] << 4 | (w[g] - 1));
-        dq_z_quantize_sg(c, x, m, e, w, step, a0, val);
-        return;
-    }
-#endif
     for (int g = 0; g < ng; g++) {
         if (e[g] == DQ_EZERO)
             continue;
