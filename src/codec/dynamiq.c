@@ -1093,10 +1093,42 @@ static void dq_encode_sg(const dq_enc_t *c, const float *x, size_t m, const floa
     }
 }
 
+#ifdef DQ_HAVE_AVX512
+/* dq_check_sg with the meta bytes in 16 lanes. */
+DQ_AVX512 static bool dq_check_sg_avx512(const unsigned char *p, size_t m, int units)
+{
+    int ng = (int)dq_groups(m);
+    __mmask16 lanes = (__mmask16)((1u << ng) - 1);
+    __m128i meta = _mm_maskz_loadu_epi8(lanes, p + 2), hi = _mm_set1_epi8((char)0xf0);
+    __m128i wm1 = _mm_and_si128(meta, _mm_set1_epi8(15));
+    __mmask16 zero = _mm_mask_cmpeq_epi8_mask(lanes, _mm_and_si128(meta, hi), hi);
+    if (_mm_mask_test_epi8_mask(zero, wm1, wm1))
+        return false;
+    __m128i sad = _mm_sad_epu8(_mm_maskz_add_epi8(lanes & ~zero, wm1, _mm_set1_epi8(1)),
+                               _mm_setzero_si128());
+    int used = _mm_cvtsi128_si32(sad) + _mm_extract_epi16(sad, 4);
+    if (used > units)
+        return false;
+    const unsigned char *pad = p + dq_sg_bytes(m, used), *end = p + dq_sg_bytes(m, units);
+    for (; pad < end; pad += 64) {
+        size_t left = (size_t)(end - pad);
+        __mmask64 k = left >= 64 ? ~0ull : (1ull << left) - 1;
+        __m512i b = _mm512_maskz_loadu_epi8(k, pad);
+        if (_mm512_test_epi8_mask(b, b))
+            return false;
+    }
+    return true;
+}
+#endif
+
 /* Whether the super-group of m values at p, given `units`, is possible: widths within its units,
  * no width on a group of zeros, zeros in the value bytes its groups left unused. */
 static bool dq_check_sg(const unsigned char *p, size_t m, int units)
 {
+#ifdef DQ_HAVE_AVX512
+    if (dq_isa == 1)
+        return dq_check_sg_avx512(p, m, units);
+#endif
     int ng = (int)dq_groups(m), used = 0;
     for (int g = 0; g < ng; g++) {
         int e = p[2 + g] >> 4, w = (p[2 + g] & 15) + 1;
@@ -1249,6 +1281,7 @@ static tdl_status_t dq_corrupt(size_t sg)
 /* Checks the header, the size and every super-group's metadata before anything is written. */
 static tdl_status_t dq_open(const void *in, size_t in_bytes, size_t n, dq_in_t *d)
 {
+    pthread_once(&dq_isa_once, dq_isa_init);
     const unsigned char *p = in;
     if (in_bytes < DQ_HEADER)
         return tdl_error_raise(TDL_ERR_CORRUPT,
