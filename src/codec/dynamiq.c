@@ -351,6 +351,42 @@ DQ_CLONES static bool dq_sg_stats_portable(const float *x, size_t m, float *gmax
 #define DQ_HAVE_AVX512 1
 #define DQ_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
 
+#define DQ_INLINE inline __attribute__((always_inline))
+
+/* The level index k of the uniform widths above the tables for 16 values v in [-1, 1], and where
+ * v lies between levels k and k + 1 (p). */
+DQ_AVX512 static DQ_INLINE __m512i dq_z_wide(int w, __m512 v, __m512 *p)
+{
+    int top = (1 << w) - 1;
+    __m512 is = _mm512_set1_ps(dq_wide_inv_step(w)), st = _mm512_set1_ps(2.0f / (float)top);
+    __m512i k = _mm512_cvttps_epi32(_mm512_mul_ps(_mm512_add_ps(v, _mm512_set1_ps(1.0f)), is));
+    k = _mm512_min_epi32(_mm512_max_epi32(k, _mm512_setzero_si512()), _mm512_set1_epi32(top - 1));
+    __m512 level = _mm512_add_ps(_mm512_set1_ps(-1.0f), _mm512_mul_ps(_mm512_cvtepi32_ps(k), st));
+    *p = _mm512_mul_ps(_mm512_sub_ps(v, level), is);
+    return k;
+}
+
+/* Which of the 16 values at absolute indices a, a + 1, ... round up, p being where each lies
+ * between its two levels: stochastically (the random word against p) or to nearest. */
+DQ_AVX512 static DQ_INLINE __mmask16 dq_z_up(const dq_enc_t *c, uint32_t a, __m512 p)
+{
+    if (!c->stochastic)
+        return _mm512_cmp_ps_mask(p, _mm512_set1_ps(0.5f), _CMP_GT_OQ);
+    __m512i i = _mm512_add_epi32(_mm512_set1_epi32((int32_t)a),
+                                 _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,
+                                                   14, 15));
+    __m512i r = _mm512_add_epi32(_mm512_mullo_epi32(i, _mm512_set1_epi32((int32_t)DQ_GOLDEN)),
+                                 _mm512_set1_epi32((int32_t)c->rand.key));
+    r = _mm512_xor_si512(r, _mm512_srli_epi32(r, 16));
+    r = _mm512_mullo_epi32(r, _mm512_set1_epi32((int32_t)0x85ebca6bu));
+    r = _mm512_xor_si512(r, _mm512_srli_epi32(r, 13));
+    r = _mm512_mullo_epi32(r, _mm512_set1_epi32((int32_t)0xc2b2ae35u));
+    r = _mm512_xor_si512(r, _mm512_srli_epi32(r, 16));
+    r = _mm512_add_epi32(r, _mm512_set1_epi32((int32_t)c->rand.offset));
+    __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(r, 8)), _mm512_set1_ps(0x1.0p-24f));
+    return _mm512_cmp_ps_mask(f, p, _CMP_LT_OQ);
+}
+
 /* Level k of width w <= 8 for 16 indices: tables of up to 64 entries stay in registers
  * (permutes), wider ones are gathered. */
 typedef struct dq_zt {
@@ -452,37 +488,10 @@ DQ_AVX512 static void dq_quantize_group_avx512(const dq_enc_t *c, const float *x
 #undef DQ_GL
 #undef DQ_GI
     } else {
-        __m512 is = _mm512_set1_ps(dq_wide_inv_step(w)), st = _mm512_set1_ps(2.0f / (float)top);
-        __m512i zero = _mm512_setzero_si512();
-        k0 = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvttps_epi32(_mm512_mul_ps(_mm512_add_ps(v0, hi), is)), zero), tm1);
-        k1 = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvttps_epi32(_mm512_mul_ps(_mm512_add_ps(v1, hi), is)), zero), tm1);
-        p0 = _mm512_mul_ps(_mm512_sub_ps(v0, _mm512_add_ps(lo, _mm512_mul_ps(_mm512_cvtepi32_ps(k0), st))), is);
-        p1 = _mm512_mul_ps(_mm512_sub_ps(v1, _mm512_add_ps(lo, _mm512_mul_ps(_mm512_cvtepi32_ps(k1), st))), is);
+        k0 = dq_z_wide(w, v0, &p0);
+        k1 = dq_z_wide(w, v1, &p1);
     }
-    __mmask16 u0, u1;
-    if (c->stochastic) {
-        __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-        __m512i g = _mm512_set1_epi32((int32_t)DQ_GOLDEN), key = _mm512_set1_epi32((int32_t)c->rand.key);
-        __m512i c1 = _mm512_set1_epi32((int32_t)0x85ebca6bu), c2 = _mm512_set1_epi32((int32_t)0xc2b2ae35u);
-        __m512i off = _mm512_set1_epi32((int32_t)c->rand.offset);
-        __m512 scale = _mm512_set1_ps(0x1.0p-24f);
-        __m512i i0 = _mm512_add_epi32(_mm512_set1_epi32((int32_t)(uint32_t)a), lane);
-        __m512i i1 = _mm512_add_epi32(i0, _mm512_set1_epi32(16));
-        __m512i r0 = _mm512_add_epi32(_mm512_mullo_epi32(i0, g), key);
-        __m512i r1 = _mm512_add_epi32(_mm512_mullo_epi32(i1, g), key);
-        r0 = _mm512_xor_si512(r0, _mm512_srli_epi32(r0, 16)), r1 = _mm512_xor_si512(r1, _mm512_srli_epi32(r1, 16));
-        r0 = _mm512_mullo_epi32(r0, c1), r1 = _mm512_mullo_epi32(r1, c1);
-        r0 = _mm512_xor_si512(r0, _mm512_srli_epi32(r0, 13)), r1 = _mm512_xor_si512(r1, _mm512_srli_epi32(r1, 13));
-        r0 = _mm512_mullo_epi32(r0, c2), r1 = _mm512_mullo_epi32(r1, c2);
-        r0 = _mm512_xor_si512(r0, _mm512_srli_epi32(r0, 16)), r1 = _mm512_xor_si512(r1, _mm512_srli_epi32(r1, 16));
-        r0 = _mm512_add_epi32(r0, off), r1 = _mm512_add_epi32(r1, off);
-        __m512 f0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(r0, 8)), scale);
-        __m512 f1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(r1, 8)), scale);
-        u0 = _mm512_cmp_ps_mask(f0, p0, _CMP_LT_OQ), u1 = _mm512_cmp_ps_mask(f1, p1, _CMP_LT_OQ);
-    } else {
-        __m512 half = _mm512_set1_ps(0.5f);
-        u0 = _mm512_cmp_ps_mask(p0, half, _CMP_GT_OQ), u1 = _mm512_cmp_ps_mask(p1, half, _CMP_GT_OQ);
-    }
+    __mmask16 u0 = dq_z_up(c, (uint32_t)a, p0), u1 = dq_z_up(c, (uint32_t)a + 16, p1);
     __m512i one = _mm512_set1_epi32(1);
     __m512i c0 = _mm512_maskz_mov_epi32(m0, _mm512_mask_add_epi32(k0, u0, k0, one));
     __m512i cc1 = _mm512_maskz_mov_epi32(m1, _mm512_mask_add_epi32(k1, u1, k1, one));
@@ -533,8 +542,6 @@ DQ_AVX512 static void dq_dequantize_group_avx512(dq_tables_t t, const uint32_t *
 
 #ifdef DQ_HAVE_AVX512
 #define DQ_ZV __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi,gfni")))
-#define DQ_INLINE inline __attribute__((always_inline))
-
 /* Byte shuffles of the plane transposes (dq_zidx_init): with GF2P8AFFINEQB, which transposes
  * the 8x8 bit matrix of each qword, 32 codes of up to 16 bits become their bit planes in three
  * instructions and back in three. */
@@ -704,37 +711,10 @@ DQ_ZV static DQ_INLINE void dq_z_quantize(const dq_enc_t *c, const float *x, int
         p1 = _mm512_mul_ps(_mm512_sub_ps(v1, dq_z_lookup(lv, k1, lw, true)),
                            dq_z_lookup(ig, k1, lw, true));
     } else {
-        __m512 is = _mm512_set1_ps(dq_wide_inv_step(w)), st = _mm512_set1_ps(2.0f / (float)top);
-        __m512i zero = _mm512_setzero_si512();
-        k0 = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvttps_epi32(_mm512_mul_ps(_mm512_add_ps(v0, hi), is)), zero), tm1);
-        k1 = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvttps_epi32(_mm512_mul_ps(_mm512_add_ps(v1, hi), is)), zero), tm1);
-        p0 = _mm512_mul_ps(_mm512_sub_ps(v0, _mm512_add_ps(lo, _mm512_mul_ps(_mm512_cvtepi32_ps(k0), st))), is);
-        p1 = _mm512_mul_ps(_mm512_sub_ps(v1, _mm512_add_ps(lo, _mm512_mul_ps(_mm512_cvtepi32_ps(k1), st))), is);
+        k0 = dq_z_wide(w, v0, &p0);
+        k1 = dq_z_wide(w, v1, &p1);
     }
-    __mmask16 u0, u1;
-    if (c->stochastic) {
-        __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-        __m512i g = _mm512_set1_epi32((int32_t)DQ_GOLDEN), key = _mm512_set1_epi32((int32_t)c->rand.key);
-        __m512i c1 = _mm512_set1_epi32((int32_t)0x85ebca6bu), c2 = _mm512_set1_epi32((int32_t)0xc2b2ae35u);
-        __m512i off = _mm512_set1_epi32((int32_t)c->rand.offset);
-        __m512 scale = _mm512_set1_ps(0x1.0p-24f);
-        __m512i i0 = _mm512_add_epi32(_mm512_set1_epi32((int32_t)a), lane);
-        __m512i i1 = _mm512_add_epi32(i0, _mm512_set1_epi32(16));
-        __m512i r0 = _mm512_add_epi32(_mm512_mullo_epi32(i0, g), key);
-        __m512i r1 = _mm512_add_epi32(_mm512_mullo_epi32(i1, g), key);
-        r0 = _mm512_xor_si512(r0, _mm512_srli_epi32(r0, 16)), r1 = _mm512_xor_si512(r1, _mm512_srli_epi32(r1, 16));
-        r0 = _mm512_mullo_epi32(r0, c1), r1 = _mm512_mullo_epi32(r1, c1);
-        r0 = _mm512_xor_si512(r0, _mm512_srli_epi32(r0, 13)), r1 = _mm512_xor_si512(r1, _mm512_srli_epi32(r1, 13));
-        r0 = _mm512_mullo_epi32(r0, c2), r1 = _mm512_mullo_epi32(r1, c2);
-        r0 = _mm512_xor_si512(r0, _mm512_srli_epi32(r0, 16)), r1 = _mm512_xor_si512(r1, _mm512_srli_epi32(r1, 16));
-        r0 = _mm512_add_epi32(r0, off), r1 = _mm512_add_epi32(r1, off);
-        __m512 f0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(r0, 8)), scale);
-        __m512 f1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(r1, 8)), scale);
-        u0 = _mm512_cmp_ps_mask(f0, p0, _CMP_LT_OQ), u1 = _mm512_cmp_ps_mask(f1, p1, _CMP_LT_OQ);
-    } else {
-        __m512 half = _mm512_set1_ps(0.5f);
-        u0 = _mm512_cmp_ps_mask(p0, half, _CMP_GT_OQ), u1 = _mm512_cmp_ps_mask(p1, half, _CMP_GT_OQ);
-    }
+    __mmask16 u0 = dq_z_up(c, a, p0), u1 = dq_z_up(c, a + 16, p1);
     __m512i one = _mm512_set1_epi32(1);
     __m512i c0 = _mm512_maskz_mov_epi32(m0, _mm512_mask_add_epi32(k0, u0, k0, one));
     __m512i cc1 = _mm512_maskz_mov_epi32(m1, _mm512_mask_add_epi32(k1, u1, k1, one));
@@ -970,7 +950,9 @@ DQ_AVX512 static bool dq_sg_stats_avx512(const float *x, size_t m, float *gmax)
 /* Which code runs the group loops: the AVX-512 one where the CPU has it, unless
  * TIDAL_DYNAMIQ_ISA=portable asks for the lane-by-lane loops (for tests and comparisons). */
 static int dq_isa = -1; /* 0 portable, 1 AVX-512 */
-static bool dq_zfast;   /* AVX-512 with VBMI and GFNI: the dq_z_ loops */
+#ifdef DQ_HAVE_AVX512
+static bool dq_zfast; /* AVX-512 with VBMI and GFNI: the dq_z_ loops */
+#endif
 static pthread_once_t dq_isa_once = PTHREAD_ONCE_INIT;
 
 static void dq_isa_init(void)
