@@ -109,8 +109,12 @@ typedef struct run {
     double decided_at, last_decide, last_row, row_every;
     double realloc_ms[4096];
     double over_budget[4096];  /* each move's time over (the step it waited for + 10 ms) */
+    double over_prev[4096];    /* the same over (the step before the decision + 10 ms) */
     double last_step_at, step_ms; /* when the last step report came, how long that step took */
-    double budget_ms;          /* of the resize in flight */
+    double budget_ms;          /* of the resize in flight: the step before the decision + 10 ms */
+    double flight_start;       /* when the step under way at the decision began */
+    bool flight_open;          /* that step's report has not come yet */
+    int flight_first;          /* the first of the resize's moves in realloc_ms */
     int nrealloc;
     bool training_done;
     bool fixed; /* --ckpt: serving keeps those weights */
@@ -364,6 +368,13 @@ static tdl_status_t on_report(run_t *R, serve_coord_t *c, int w, const run_repor
         else
             R->step_ms = (now - R->last_step_at) * 1e3;
         R->last_step_at = now;
+        if (R->flight_open) {
+            /* the step the resize waited for has ended: its moves' budget is known */
+            R->flight_open = false;
+            double budget = (now - R->flight_start) * 1e3 + 10;
+            for (int k = R->flight_first; k < R->nrealloc; k++)
+                R->over_budget[k] = R->realloc_ms[k] / budget;
+        }
         R->step = r->step, R->loss = r->loss;
         if (R->losses)
             fprintf(R->losses, "%lld,%.7g,%d\n", (long long)r->step, r->loss, r->members);
@@ -400,7 +411,11 @@ static tdl_status_t on_report(run_t *R, serve_coord_t *c, int w, const run_repor
             R->decided_after_start) {
             int k = R->nrealloc++;
             R->realloc_ms[k] = (now - R->decided_at) * 1e3;
-            R->over_budget[k] = R->realloc_ms[k] / R->budget_ms;
+            R->over_prev[k] = R->realloc_ms[k] / R->budget_ms;
+            /* until the step under way reports (it normally has by now) */
+            R->over_budget[k] = R->flight_open ? NAN
+                                               : R->realloc_ms[k] / ((R->last_step_at -
+                                                                      R->flight_start) * 1e3 + 10);
         }
         R->moved[w] = false;
         tdl_status_t st = sched_set_available(c->sched, w - 1, true);
@@ -469,8 +484,13 @@ static tdl_status_t reallocate(run_t *R, serve_coord_t *c, int serving, int targ
     TDL_INFO("realloc: %d serving -> %d (%d training)", serving, target, (int)next.n);
     R->decided_at = now;
     R->decided_after_start = R->seen_step && R->step_ms > 0;
-    /* the target: at most the training step under way (as long as the last one) plus 10 ms */
+    /* the target: at most the training step under way plus 10 ms (a leaving rank is in that
+     * step's all-reduce, so it can leave at its end and no sooner); also kept against the step
+     * before the decision, which a step slowed by the burst itself overruns */
     R->budget_ms = R->step_ms + 10;
+    R->flight_start = R->last_step_at;
+    R->flight_open = target > serving;
+    R->flight_first = R->nrealloc;
     R->m = next;
     return send_members(c, leader, OP_RESIZE, &next);
 }
@@ -594,8 +614,13 @@ static void run_finish(void *user, serve_coord_t *c)
     run_t *R = user;
     double elapsed = tdl_clock_s() - c->t0;
     write_row(R, c, elapsed);
+    /* moves whose step never reported (training ended under them): the step before */
+    for (int k = 0; k < R->nrealloc; k++)
+        if (isnan(R->over_budget[k]))
+            R->over_budget[k] = R->over_prev[k];
     qsort(R->realloc_ms, (size_t)R->nrealloc, sizeof(double), cmp_double);
     qsort(R->over_budget, (size_t)R->nrealloc, sizeof(double), cmp_double);
+    qsort(R->over_prev, (size_t)R->nrealloc, sizeof(double), cmp_double);
     if (R->timeline)
         fclose(R->timeline);
     if (R->losses)
@@ -607,11 +632,14 @@ static void run_finish(void *user, serve_coord_t *c)
            serve_quantile(R->realloc_ms, (size_t)R->nrealloc, 0.5),
            serve_quantile(R->realloc_ms, (size_t)R->nrealloc, 0.95), (long long)R->step, R->loss,
            R->latest[0] ? R->latest : "(none)");
-    printf("tidal run: moves to serving against one training step + 10 ms: p50 %.2f, p95 %.2f, "
-           "worst %.2f of it (%d moves)\n",
+    printf("tidal run: moves to serving against the training step they waited for + 10 ms: p50 "
+           "%.2f, p95 %.2f, worst %.2f of it (%d moves); against the step before the decision "
+           "+ 10 ms: p50 %.2f, p95 %.2f\n",
            serve_quantile(R->over_budget, (size_t)R->nrealloc, 0.5),
            serve_quantile(R->over_budget, (size_t)R->nrealloc, 0.95),
-           R->nrealloc ? R->over_budget[R->nrealloc - 1] : 0.0, R->nrealloc);
+           R->nrealloc ? R->over_budget[R->nrealloc - 1] : 0.0, R->nrealloc,
+           serve_quantile(R->over_prev, (size_t)R->nrealloc, 0.5),
+           serve_quantile(R->over_prev, (size_t)R->nrealloc, 0.95));
     printf("tidal run: training: %lld steps in this job, %.1f images/s over %.1f s\n",
            (long long)(R->step - R->first_step),
            elapsed > 0 ? (double)(R->step - R->first_step) * R->opts.batch / elapsed : 0.0,

@@ -22,7 +22,8 @@ static const tdl_param_def_t sim_params[] = {
      NULL, 1, 0},
     {"cost", TDL_PARAM_STRING, NULL,
      "cost model JSON (tidal profile; doc/scheduler.md); default: the built-in model", NULL, 1, 0},
-    {"chunk", TDL_PARAM_INT, "5", "denoising steps per STEP_CHUNK task", NULL, 1, 1000},
+    {"chunk", TDL_PARAM_INT, "1", "denoising steps per STEP_CHUNK task (tidal serve's default too)",
+     NULL, 1, 1000},
     {"request-log", TDL_PARAM_STRING, NULL,
      "a JSON line per request (seq, arrival_s, finish_s, latency_s, ok), as tidal serve "
      "--request-log writes",
