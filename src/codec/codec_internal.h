@@ -21,8 +21,9 @@ extern const codec_ops_t codec_int8_ops;
 extern const codec_ops_t codec_int8_rht_ops;
 extern const codec_ops_t codec_dynamiq_ops;
 
-/* Which loops dynamiq runs: 0 portable (lane by lane), 1 AVX-512; answers the previous choice.
- * A request the CPU cannot honour changes nothing. For tests that compare the two. */
+/* Which loops dynamiq runs: 0 portable (lane by lane), 1 AVX-512 group by group, 2 AVX-512 with
+ * VBMI and GFNI super-group by super-group; answers the previous choice. A request the CPU
+ * cannot honour (or -1, to ask) changes nothing. For tests that compare them. */
 int codec_dynamiq_isa(int isa);
 
 static inline bool codec_cfg_stochastic(const void *cfg)

@@ -503,6 +503,29 @@ DQ_AVX512 static void dq_quantize_group_avx512(const dq_enc_t *c, const float *x
 }
 #undef DQ_Z_SEARCH
 
+/* The values of codes at width w > DQ_MAX_WIDTH (uniform levels over [-1, 1]) times vs. */
+DQ_AVX512 static inline __m512 dq_z_wide_values(__m512i code, int w, __m512 vs)
+{
+    __m512 st = _mm512_set1_ps(2.0f / (float)((1 << w) - 1));
+    return _mm512_mul_ps(
+        _mm512_add_ps(_mm512_set1_ps(-1.0f), _mm512_mul_ps(_mm512_cvtepi32_ps(code), st)), vs);
+}
+
+/* x[0 .. cnt) = y, or base + y when base is given, from the group's two halves y[0], y[1]. */
+DQ_AVX512 static inline void dq_z_store_group(const __m512 y[2], int cnt, float *x,
+                                              const float *base)
+{
+    for (int h = 0; h < 2; h++) {
+        __mmask16 m = (__mmask16)(cnt >= 16 * (h + 1) ? 0xffff
+                                  : cnt > 16 * h      ? (1u << (cnt - 16 * h)) - 1
+                                                      : 0);
+        if (!m)
+            break;
+        __m512 v = base ? _mm512_add_ps(_mm512_maskz_loadu_ps(m, base + 16 * h), y[h]) : y[h];
+        _mm512_mask_storeu_ps(x + 16 * h, m, v);
+    }
+}
+
 DQ_AVX512 static void dq_dequantize_group_avx512(dq_tables_t t, const uint32_t *planes, int w,
                                                  float s, int cnt, float *x, const float *base)
 {
@@ -515,26 +538,11 @@ DQ_AVX512 static void dq_dequantize_group_avx512(dq_tables_t t, const uint32_t *
     dq_zt_t lz;
     if (w <= DQ_MAX_WIDTH)
         lz = dq_zt_load(t.lv[w], w);
-    __m512 vs = _mm512_set1_ps(s);
-    for (int h = 0; h < 2; h++) {
-        __mmask16 m = (__mmask16)(cnt >= 16 * (h + 1) ? 0xffff
-                                  : cnt > 16 * h      ? (1u << (cnt - 16 * h)) - 1
-                                                      : 0);
-        if (!m)
-            break;
-        __m512 y;
-        if (w <= DQ_MAX_WIDTH) {
-            y = _mm512_mul_ps(dq_zt_get(&lz, code[h]), vs);
-        } else {
-            __m512 st = _mm512_set1_ps(2.0f / (float)((1 << w) - 1));
-            y = _mm512_mul_ps(_mm512_add_ps(_mm512_set1_ps(-1.0f),
-                                            _mm512_mul_ps(_mm512_cvtepi32_ps(code[h]), st)),
-                              vs);
-        }
-        if (base)
-            y = _mm512_add_ps(_mm512_maskz_loadu_ps(m, base + 16 * h), y);
-        _mm512_mask_storeu_ps(x + 16 * h, m, y);
-    }
+    __m512 vs = _mm512_set1_ps(s), y[2];
+    for (int h = 0; h < 2; h++)
+        y[h] = w <= DQ_MAX_WIDTH ? _mm512_mul_ps(dq_zt_get(&lz, code[h]), vs)
+                                 : dq_z_wide_values(code[h], w, vs);
+    dq_z_store_group(y, cnt, x, base);
 }
 #endif
 
@@ -868,26 +876,11 @@ DQ_ZV static DQ_INLINE void dq_z_dequantize(dq_tables_t t, const unsigned char *
 {
     __m512i code[2];
     dq_z_planes_load(p, w, &code[0], &code[1]);
-    __m512 vs = _mm512_set1_ps(s);
-    for (int h = 0; h < 2; h++) {
-        __mmask16 m = (__mmask16)(cnt >= 16 * (h + 1) ? 0xffff
-                                  : cnt > 16 * h      ? (1u << (cnt - 16 * h)) - 1
-                                                      : 0);
-        if (!m)
-            break;
-        __m512 y;
-        if (lw) {
-            y = _mm512_mul_ps(dq_z_lookup(t.lv[w], code[h], lw, false), vs);
-        } else {
-            __m512 st = _mm512_set1_ps(2.0f / (float)((1 << w) - 1));
-            y = _mm512_mul_ps(_mm512_add_ps(_mm512_set1_ps(-1.0f),
-                                            _mm512_mul_ps(_mm512_cvtepi32_ps(code[h]), st)),
-                              vs);
-        }
-        if (base)
-            y = _mm512_add_ps(_mm512_maskz_loadu_ps(m, base + 16 * h), y);
-        _mm512_mask_storeu_ps(x + 16 * h, m, y);
-    }
+    __m512 vs = _mm512_set1_ps(s), y[2];
+    for (int h = 0; h < 2; h++)
+        y[h] = lw ? _mm512_mul_ps(dq_z_lookup(t.lv[w], code[h], lw, false), vs)
+                  : dq_z_wide_values(code[h], w, vs);
+    dq_z_store_group(y, cnt, x, base);
 }
 
 /* The non-zero groups of dq_decode_sg: meta and val as there, S finite. */
@@ -947,28 +940,35 @@ DQ_AVX512 static bool dq_sg_stats_avx512(const float *x, size_t m, float *gmax)
 }
 #endif
 
-/* Which code runs the group loops: the AVX-512 one where the CPU has it, unless
- * TIDAL_DYNAMIQ_ISA=portable asks for the lane-by-lane loops (for tests and comparisons). */
-static int dq_isa = -1; /* 0 portable, 1 AVX-512 */
-#ifdef DQ_HAVE_AVX512
-static bool dq_zfast; /* AVX-512 with VBMI and GFNI: the dq_z_ loops */
-#endif
+/* Which code runs the loops: the best the CPU has (2: AVX-512 with VBMI and GFNI, whole
+ * super-groups; 1: AVX-512, group by group; 0: lane by lane), unless TIDAL_DYNAMIQ_ISA names a
+ * lesser one, "avx512" or "portable" (for tests and comparisons). */
+static int dq_isa = -1;
 static pthread_once_t dq_isa_once = PTHREAD_ONCE_INIT;
+
+/* The best of the loops this CPU can run. */
+static int dq_isa_best(void)
+{
+#ifdef DQ_HAVE_AVX512
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
+        !__builtin_cpu_supports("avx512dq") || !__builtin_cpu_supports("avx512vl"))
+        return 0;
+    return __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("gfni") ? 2 : 1;
+#else
+    return 0;
+#endif
+}
 
 static void dq_isa_init(void)
 {
     const char *env = getenv("TIDAL_DYNAMIQ_ISA");
-    dq_isa = 0;
+    int best = dq_isa_best();
+    dq_isa = env && !strcmp(env, "portable") ? 0
+             : env && !strcmp(env, "avx512") ? TDL_MIN(best, 1)
+                                             : best;
 #ifdef DQ_HAVE_AVX512
-    __builtin_cpu_init();
-    if (!(env && !strcmp(env, "portable")) && __builtin_cpu_supports("avx512f") &&
-        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-        __builtin_cpu_supports("avx512vl"))
-        dq_isa = 1;
-    dq_zfast = __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("gfni");
     dq_zidx_init();
-#else
-    (void)env;
 #endif
 }
 
@@ -976,14 +976,8 @@ int codec_dynamiq_isa(int isa)
 {
     pthread_once(&dq_isa_once, dq_isa_init);
     int was = dq_isa;
-#ifdef DQ_HAVE_AVX512
-    if (isa == 0 || (isa == 1 && __builtin_cpu_supports("avx512f") &&
-                     __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-                     __builtin_cpu_supports("avx512vl")))
+    if (isa >= 0 && isa <= dq_isa_best())
         dq_isa = isa;
-#else
-    (void)isa;
-#endif
     return was;
 }
 
@@ -991,7 +985,7 @@ static void dq_quantize(const dq_enc_t *c, const float *x, int cnt, float inv, i
                         uint32_t *planes)
 {
 #ifdef DQ_HAVE_AVX512
-    if (dq_isa == 1) {
+    if (dq_isa >= 1) {
         dq_quantize_group_avx512(c, x, cnt, inv, w, a, planes);
         return;
     }
@@ -1003,7 +997,7 @@ static void dq_dequantize(dq_tables_t t, const uint32_t *planes, int w, float s,
                           const float *base)
 {
 #ifdef DQ_HAVE_AVX512
-    if (dq_isa == 1) {
+    if (dq_isa >= 1) {
         dq_dequantize_group_avx512(t, planes, w, s, cnt, x, base);
         return;
     }
@@ -1014,7 +1008,7 @@ static void dq_dequantize(dq_tables_t t, const uint32_t *planes, int w, float s,
 static bool dq_sg_stats(const float *x, size_t m, float *gmax)
 {
 #ifdef DQ_HAVE_AVX512
-    if (dq_isa == 1)
+    if (dq_isa >= 1)
         return dq_sg_stats_avx512(x, m, gmax);
 #endif
     return dq_sg_stats_portable(x, m, gmax);
@@ -1034,7 +1028,7 @@ static void dq_encode_sg(const dq_enc_t *c, const float *x, size_t m, const floa
         return;
     }
 #ifdef DQ_HAVE_AVX512
-    if (dq_isa == 1 && dq_zfast) {
+    if (dq_isa == 2) {
         dq_z_encode_sg(c, x, m, gmax, a0, units, o);
         return;
     }
@@ -1108,7 +1102,7 @@ DQ_AVX512 static bool dq_check_sg_avx512(const unsigned char *p, size_t m, int u
 static bool dq_check_sg(const unsigned char *p, size_t m, int units)
 {
 #ifdef DQ_HAVE_AVX512
-    if (dq_isa == 1)
+    if (dq_isa >= 1)
         return dq_check_sg_avx512(p, m, units);
 #endif
     int ng = (int)dq_groups(m), used = 0;
@@ -1141,7 +1135,7 @@ static void dq_decode_sg(dq_tables_t t, const unsigned char *p, size_t m, float 
         return;
     }
 #ifdef DQ_HAVE_AVX512
-    if (dq_isa == 1 && dq_zfast) {
+    if (dq_isa == 2) {
         dq_z_decode_sg(t, meta, val, m, S, x, base);
         return;
     }
@@ -1218,7 +1212,7 @@ static void dq_split_budget(float *est, size_t n, size_t budget, unsigned flags,
         double t = 0.5 * (lo + hi);
         size_t total = fixed, k = 0;
 #ifdef DQ_HAVE_AVX512
-        if (dq_isa == 1 && nsg > 1) {
+        if (dq_isa >= 1 && nsg > 1) {
             total += 4 * dq_split_units_avx512(est, nsg - 1, t);
             k = nsg - 1;
         }

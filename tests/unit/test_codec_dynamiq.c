@@ -335,48 +335,54 @@ static void test_unbiased(void)
        P, var_corr / var_ind);
 }
 
-/* The AVX-512 loops (where the CPU has them) give the portable loops' bytes. */
+/* Each set of AVX-512 loops the CPU can run (group by group; super-group by super-group with
+ * VBMI and GFNI) gives the portable loops' bytes. */
 static void test_isa(void)
 {
-    int best = codec_dynamiq_isa(1);
-    codec_dynamiq_isa(best);
-    if (best != 1) {
-        ok(1, "# SKIP no AVX-512 here: only the portable loops run");
-        return;
-    }
+    int initial = codec_dynamiq_isa(-1);
+    static const char *names[] = {"portable", "AVX-512", "AVX-512 VBMI/GFNI"};
     static const codec_config_t cfgs[] = {
         {0}, {.round = CODEC_ROUND_NEAREST}, {.flags = CODEC_DQ_UNIFORM}, {.bits = 3.0},
         {.bits = 9.0}, {.bits = 14.0}, {.flags = CODEC_DQ_FIXED_WIDTH},
     };
     const size_t sizes[] = {1, 17, 33, 256, 1000, 40009};
-    int same = 1;
-    for (size_t c = 0; c < TDL_ARRAY_SIZE(cfgs); c++)
-        for (size_t z = 0; z < TDL_ARRAY_SIZE(sizes); z++) {
-            size_t n = sizes[z], b[2], f[2];
-            float *x = malloc(n * 4), *l = malloc(n * 4), *d[2] = {malloc(n * 4), malloc(n * 4)};
-            unsigned char *e[2], *u[2];
-            fill_heavy(x, n, 60 + z);
-            fill_heavy(l, n, 70 + z);
-            codec_where_t w0 = where_of(z, 1, 0, 4), w1 = where_of(z, 2, 1, 4);
-            for (int isa = 0; isa < 2; isa++) {
-                codec_dynamiq_isa(isa);
-                e[isa] = enc_new(&cfgs[c], &w0, x, n, &b[isa]);
-                u[isa] = malloc(ops->max_encoded_bytes(&cfgs[c], n));
-                ops->decode_accumulate_encode(&cfgs[c], &w1, e[0], b[0], l, n, u[isa], &f[isa]);
-                ops->decode(NULL, u[isa], f[isa], d[isa], n);
-            }
-            same &= b[0] == b[1] && !memcmp(e[0], e[1], b[0]) && f[0] == f[1] &&
-                    !memcmp(u[0], u[1], f[0]) && !memcmp(d[0], d[1], n * 4);
-            if (!same) {
-                diag("config %zu, %zu values differ", c, n);
-                c = TDL_ARRAY_SIZE(cfgs) - 1, z = TDL_ARRAY_SIZE(sizes) - 1;
-            }
-            free(x), free(l), free(d[0]), free(d[1]), free(e[0]), free(e[1]), free(u[0]),
-                free(u[1]);
+    for (int level = 1; level <= 2; level++) {
+        codec_dynamiq_isa(level);
+        if (codec_dynamiq_isa(-1) != level) {
+            ok(1, "# SKIP the %s loops: not on this CPU", names[level]);
+            continue;
         }
-    codec_dynamiq_isa(best);
-    ok(same, "the AVX-512 loops give the portable loops' bytes: encode, fused pass and decode, "
-             "7 configurations x 6 sizes");
+        int isas[2] = {0, level}, same = 1;
+        for (size_t c = 0; c < TDL_ARRAY_SIZE(cfgs); c++)
+            for (size_t z = 0; z < TDL_ARRAY_SIZE(sizes); z++) {
+                size_t n = sizes[z], b[2], f[2];
+                float *x = malloc(n * 4), *l = malloc(n * 4);
+                float *d[2] = {malloc(n * 4), malloc(n * 4)};
+                unsigned char *e[2], *u[2];
+                fill_heavy(x, n, 60 + z);
+                fill_heavy(l, n, 70 + z);
+                codec_where_t w0 = where_of(z, 1, 0, 4), w1 = where_of(z, 2, 1, 4);
+                for (int i = 0; i < 2; i++) {
+                    codec_dynamiq_isa(isas[i]);
+                    e[i] = enc_new(&cfgs[c], &w0, x, n, &b[i]);
+                    u[i] = malloc(ops->max_encoded_bytes(&cfgs[c], n));
+                    ops->decode_accumulate_encode(&cfgs[c], &w1, e[0], b[0], l, n, u[i], &f[i]);
+                    ops->decode(NULL, u[i], f[i], d[i], n);
+                }
+                same &= b[0] == b[1] && !memcmp(e[0], e[1], b[0]) && f[0] == f[1] &&
+                        !memcmp(u[0], u[1], f[0]) && !memcmp(d[0], d[1], n * 4);
+                if (!same) {
+                    diag("%s: config %zu, %zu values differ", names[level], c, n);
+                    c = TDL_ARRAY_SIZE(cfgs) - 1, z = TDL_ARRAY_SIZE(sizes) - 1;
+                }
+                free(x), free(l), free(d[0]), free(d[1]), free(e[0]), free(e[1]), free(u[0]),
+                    free(u[1]);
+            }
+        ok(same, "the %s loops give the portable loops' bytes: encode, fused pass and decode, "
+                 "7 configurations x 6 sizes",
+           names[level]);
+    }
+    codec_dynamiq_isa(initial);
 }
 
 static void test_malformed(void)
