@@ -16,6 +16,8 @@
 #include "config.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
 
 #include "codec/codec.h"
 #include "codec/codec_internal.h"
@@ -179,12 +181,347 @@ static inline float mx_scale_value(uint8_t s)
     return s == 0xff ? NAN : codec_pow2f((int)s - 127);
 }
 
+/* Whole blocks in vectors (mx_vec_t), where the CPU has them: the bytes of the portable loops. */
+typedef struct mx_vec {
+    void (*encode)(const float *in, size_t nb, const tdl_rng_t *r, unsigned char *scales,
+                   unsigned char *elems);
+    void (*fuse)(const unsigned char *scales, const unsigned char *elems, const float *local,
+                 size_t nb, const tdl_rng_t *r, unsigned char *oscales, unsigned char *oelems);
+    void (*decode)(const unsigned char *scales, const unsigned char *elems, float *acc, size_t nb,
+                   bool accumulate);
+} mx_vec_t;
+
+/* ---- AVX-512: whole blocks, 16 values a vector -------------------------------------------- */
+
+/* The same arithmetic as mx_block_encode and codec_minifloat_round, lane by lane in integers, so
+ * the bytes are the portable loops' bytes; the last partial block is left to those loops. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include <immintrin.h>
+#define MX_HAVE_AVX512 1
+#define MX_AVX512                                                                                  \
+    __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl"), optimize("fp-contract=off")))
+#define MX_VINLINE MX_AVX512 static inline __attribute__((always_inline))
+
+/* Words id0 * 4 .. id0 * 4 + 63 of the Philox stream (seed, stream), as tdl_rng_u32 draws them:
+ * sixteen counters at once, one a lane, then transposed into word order. */
+MX_VINLINE void mx_philox64(uint64_t seed, uint64_t stream, uint64_t id0, uint32_t *out)
+{
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i m0 = _mm512_set1_epi32((int32_t)0xD2511F53u);
+    const __m512i m1 = _mm512_set1_epi32((int32_t)0xCD9E8D57u);
+    __m512i base = _mm512_set1_epi32((int32_t)(uint32_t)id0);
+    __m512i c0 = _mm512_add_epi32(base, lane);
+    __mmask16 wrap = _mm512_cmplt_epu32_mask(c0, base);
+    __m512i c1 = _mm512_set1_epi32((int32_t)(uint32_t)(id0 >> 32));
+    c1 = _mm512_mask_add_epi32(c1, wrap, c1, _mm512_set1_epi32(1));
+    __m512i c2 = _mm512_set1_epi32((int32_t)(uint32_t)stream);
+    __m512i c3 = _mm512_set1_epi32((int32_t)(uint32_t)(stream >> 32));
+    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    for (int round = 0; round < 10; round++) {
+        /* 32 x 32 -> 64-bit products of the even lanes, then of the odd ones */
+        __m512i pe0 = _mm512_mul_epu32(c0, m0),
+                po0 = _mm512_mul_epu32(_mm512_srli_epi64(c0, 32), m0);
+        __m512i pe1 = _mm512_mul_epu32(c2, m1),
+                po1 = _mm512_mul_epu32(_mm512_srli_epi64(c2, 32), m1);
+        __m512i hi0 = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(pe0, 32), po0);
+        __m512i lo0 = _mm512_mask_blend_epi32(0xAAAA, pe0, _mm512_slli_epi64(po0, 32));
+        __m512i hi1 = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(pe1, 32), po1);
+        __m512i lo1 = _mm512_mask_blend_epi32(0xAAAA, pe1, _mm512_slli_epi64(po1, 32));
+        c0 = _mm512_xor_si512(_mm512_xor_si512(hi1, c1), _mm512_set1_epi32((int32_t)k0));
+        c1 = lo1;
+        c2 = _mm512_xor_si512(_mm512_xor_si512(hi0, c3), _mm512_set1_epi32((int32_t)k1));
+        c3 = lo0;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+    /* lane j of ck is word 4 j + k: 4 x 4 transposes of words, then of 128-bit lanes */
+    __m512i t0 = _mm512_unpacklo_epi32(c0, c1), t1 = _mm512_unpackhi_epi32(c0, c1);
+    __m512i t2 = _mm512_unpacklo_epi32(c2, c3), t3 = _mm512_unpackhi_epi32(c2, c3);
+    __m512i u0 = _mm512_unpacklo_epi64(t0, t2), u1 = _mm512_unpackhi_epi64(t0, t2);
+    __m512i u2 = _mm512_unpacklo_epi64(t1, t3), u3 = _mm512_unpackhi_epi64(t1, t3);
+    __m512i v0 = _mm512_shuffle_i32x4(u0, u1, _MM_SHUFFLE(1, 0, 1, 0));
+    __m512i v1 = _mm512_shuffle_i32x4(u2, u3, _MM_SHUFFLE(1, 0, 1, 0));
+    __m512i v2 = _mm512_shuffle_i32x4(u0, u1, _MM_SHUFFLE(3, 2, 3, 2));
+    __m512i v3 = _mm512_shuffle_i32x4(u2, u3, _MM_SHUFFLE(3, 2, 3, 2));
+    _mm512_storeu_si512(out, _mm512_shuffle_i32x4(v0, v1, _MM_SHUFFLE(2, 0, 2, 0)));
+    _mm512_storeu_si512(out + 16, _mm512_shuffle_i32x4(v0, v1, _MM_SHUFFLE(3, 1, 3, 1)));
+    _mm512_storeu_si512(out + 32, _mm512_shuffle_i32x4(v2, v3, _MM_SHUFFLE(2, 0, 2, 0)));
+    _mm512_storeu_si512(out + 48, _mm512_shuffle_i32x4(v2, v3, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+/* codec_minifloat_round of 16 scaled values u (with their signs), r their random words. With
+ * E the f32 exponent field and K that of the format's smallest normal: the format exponent is
+ * max(E, K) - K, and s = 23 - mbits + max(E, K) - max(E, 1) bits of the significand m go. */
+MX_VINLINE __m512i mx_round16(const mx_format_t *f, __m512i u, bool stochastic, __m512i r)
+{
+    const int mb = f->mf.mbits, k = f->mf.emin + 127;
+    __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+    __m512i e = _mm512_srli_epi32(a, 23);
+    __m512i emx = _mm512_max_epi32(e, _mm512_set1_epi32(k));
+    __m512i eb = _mm512_max_epi32(e, _mm512_set1_epi32(1));
+    __m512i m =
+        _mm512_sub_epi32(a, _mm512_slli_epi32(_mm512_sub_epi32(eb, _mm512_set1_epi32(1)), 23));
+    __m512i s = _mm512_add_epi32(_mm512_sub_epi32(emx, eb), _mm512_set1_epi32(23 - mb));
+    __m512i n;
+    if (stochastic) {
+        /* (m * 2^32 >> s) + r, carried out of the low 32 bits; shifts of 32 or more give 0 */
+        __m512i hi = _mm512_srlv_epi32(m, s);
+        __m512i frac =
+            _mm512_or_si512(_mm512_sllv_epi32(m, _mm512_sub_epi32(_mm512_set1_epi32(32), s)),
+                            _mm512_srlv_epi32(m, _mm512_sub_epi32(s, _mm512_set1_epi32(32))));
+        __mmask16 carry = _mm512_cmplt_epu32_mask(_mm512_add_epi32(frac, r), frac);
+        n = _mm512_mask_add_epi32(hi, carry, hi, _mm512_set1_epi32(1));
+    } else {
+        /* to nearest even: (m + 2^(s-1) - 1 + lsb) >> s */
+        s = _mm512_min_epi32(s, _mm512_set1_epi32(25));
+        __m512i lsb = _mm512_and_si512(_mm512_srlv_epi32(m, s), _mm512_set1_epi32(1));
+        __m512i half1 =
+            _mm512_srlv_epi32(_mm512_set1_epi32(-1), _mm512_sub_epi32(_mm512_set1_epi32(33), s));
+        n = _mm512_srlv_epi32(_mm512_add_epi32(_mm512_add_epi32(m, half1), lsb), s);
+    }
+    __m512i code =
+        _mm512_add_epi32(_mm512_slli_epi32(_mm512_sub_epi32(emx, _mm512_set1_epi32(k)), mb), n);
+    code = _mm512_min_epu32(code, _mm512_set1_epi32((int32_t)f->mf.max_code));
+    __m512i sign =
+        _mm512_and_si512(_mm512_srli_epi32(u, 32 - f->bits), _mm512_set1_epi32(1 << (f->bits - 1)));
+    return _mm512_or_si512(code, sign);
+}
+
+/* Packs the 32 codes of a full block (c0: the first 16) as mx_block_pack does. */
+MX_VINLINE void mx_pack32(const mx_format_t *f, __m512i c0, __m512i c1, unsigned char *out)
+{
+    __m128i b0 = _mm512_cvtepi32_epi8(c0), b1 = _mm512_cvtepi32_epi8(c1);
+    if (f->bits == 8) {
+        _mm_storeu_si128((__m128i *)out, b0);
+        _mm_storeu_si128((__m128i *)(out + 16), b1);
+        return;
+    }
+    __m256i b = _mm256_inserti128_si256(_mm256_castsi128_si256(b0), b1, 1);
+    if (f->bits == 6) {
+        /* four codes to 24 bits, then 3 bytes of each 32-bit word */
+        __m256i t = _mm256_maddubs_epi16(b, _mm256_set1_epi16(0x4001));
+        t = _mm256_madd_epi16(t, _mm256_set1_epi32(0x10000001));
+        t = _mm256_shuffle_epi8(t, _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1,
+                                                    -1, -1, 0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14,
+                                                    -1, -1, -1, -1));
+        t = _mm256_permutevar8x32_epi32(t, _mm256_setr_epi32(0, 1, 2, 4, 5, 6, 7, 7));
+        _mm256_mask_storeu_epi8(out, 0xffffff, t);
+        return;
+    }
+    __m256i t = _mm256_maddubs_epi16(b, _mm256_set1_epi16(0x1001));
+    _mm_storeu_si128((__m128i *)out, _mm256_cvtepi16_epi8(t));
+}
+
+/* The 32 codes of a full block, as mx_block_unpack gives them (c0: the first 16). */
+MX_VINLINE void mx_unpack32(const mx_format_t *f, const unsigned char *in, __m512i *c0, __m512i *c1)
+{
+    if (f->bits == 8) {
+        *c0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)in));
+        *c1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(in + 16)));
+    } else if (f->bits == 6) {
+        /* bytes 0-11 to the low 128 bits, 12-23 to the high, each 3 bytes to a 32-bit word */
+        __m256i x = _mm256_maskz_loadu_epi8(0xffffff, in);
+        x = _mm256_permutevar8x32_epi32(x, _mm256_setr_epi32(0, 1, 2, 2, 3, 4, 5, 5));
+        x = _mm256_shuffle_epi8(x, _mm256_setr_epi8(0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10,
+                                                    11, -1, 0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1,
+                                                    9, 10, 11, -1));
+        __m512i w = _mm512_castsi256_si512(x);
+        __m512i sh = _mm512_setr_epi32(0, 6, 12, 18, 0, 6, 12, 18, 0, 6, 12, 18, 0, 6, 12, 18);
+        __m512i lo = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+        __m512i six = _mm512_set1_epi32(0x3f);
+        *c0 = _mm512_and_si512(_mm512_srlv_epi32(_mm512_permutexvar_epi32(lo, w), sh), six);
+        __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(4));
+        *c1 = _mm512_and_si512(_mm512_srlv_epi32(_mm512_permutexvar_epi32(hi, w), sh), six);
+    } else {
+        __m128i x = _mm_loadu_si128((const __m128i *)in), nib = _mm_set1_epi8(0x0f);
+        __m128i l = _mm_and_si128(x, nib), h = _mm_and_si128(_mm_srli_epi16(x, 4), nib);
+        *c0 = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(l, h));
+        *c1 = _mm512_cvtepu8_epi32(_mm_unpackhi_epi8(l, h));
+    }
+}
+
+/* f->values[c] for 16 codes: the 8-bit formats from their bits, the others from in-register
+ * tables; the same floats, signed zeros and NaNs included. */
+MX_VINLINE __m512 mx_values16(const mx_format_t *f, __m512i c)
+{
+    if (f->bits == 8) {
+        int mb = f->mf.mbits, bias = 1 - f->mf.emin; /* 7 or 15 */
+        __m512i mag = _mm512_and_si512(c, _mm512_set1_epi32(0x7f));
+        __m512 nrm = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_slli_epi32(mag, 23 - mb),
+                                                          _mm512_set1_epi32((127 - bias) << 23)));
+        __m512 sub =
+            _mm512_mul_ps(_mm512_cvtepi32_ps(mag), _mm512_set1_ps(codec_pow2f(-bias + 1 - mb)));
+        __mmask16 isn = _mm512_test_epi32_mask(c, _mm512_set1_epi32(0x7f & ~((1 << mb) - 1)));
+        __m512i v = _mm512_castps_si512(_mm512_mask_blend_ps(isn, sub, nrm));
+        __mmask16 nan;
+        if (mb == 3) {
+            nan = _mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7f));
+        } else {
+            v = _mm512_mask_mov_epi32(v, _mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7c)),
+                                      _mm512_set1_epi32(0x7f800000));
+            nan = _mm512_cmpgt_epi32_mask(mag, _mm512_set1_epi32(0x7c));
+        }
+        v = _mm512_or_si512(v, _mm512_slli_epi32(_mm512_and_si512(c, _mm512_set1_epi32(0x80)), 24));
+        v = _mm512_mask_mov_epi32(v, nan, _mm512_castps_si512(_mm512_set1_ps(NAN)));
+        return _mm512_castsi512_ps(v);
+    }
+    __m512 t0 = _mm512_loadu_ps(f->values);
+    if (f->bits == 4)
+        return _mm512_permutexvar_ps(c, t0);
+    __m512 lo = _mm512_permutex2var_ps(t0, c, _mm512_loadu_ps(f->values + 16));
+    __m512 hi =
+        _mm512_permutex2var_ps(_mm512_loadu_ps(f->values + 32), c, _mm512_loadu_ps(f->values + 48));
+    return _mm512_mask_blend_ps(_mm512_test_epi32_mask(c, _mm512_set1_epi32(32)), lo, hi);
+}
+
+/* Encodes the full block v0, v1 (r: its 32 random words, NULL to round to nearest). */
+MX_VINLINE void mx_block_encode32(const mx_format_t *f, __m512 v0, __m512 v1, const uint32_t *r,
+                                  unsigned char *scale_out, unsigned char *out)
+{
+    __m512i abs = _mm512_set1_epi32(0x7fffffff);
+    __m512i a = _mm512_max_epu32(_mm512_and_si512(_mm512_castps_si512(v0), abs),
+                                 _mm512_and_si512(_mm512_castps_si512(v1), abs));
+    uint32_t amax = (uint32_t)_mm512_reduce_max_epu32(a);
+    if (amax >= 0x7f800000u) {
+        *scale_out = 0xff;
+        memset(out, 0, mx_elem_bytes(f, MX_BLOCK));
+        return;
+    }
+    int e = amax >= 0x00800000u ? (int)(amax >> 23) - 127 : -127;
+    int x = e - f->emax < -127 ? -127 : e - f->emax;
+    *scale_out = (uint8_t)(x + 127);
+    __m512 inv = _mm512_set1_ps(codec_pow2f(-x));
+    __m512i u0 = _mm512_castps_si512(_mm512_mul_ps(v0, inv));
+    __m512i u1 = _mm512_castps_si512(_mm512_mul_ps(v1, inv));
+    __m512i c0, c1;
+    if (r) {
+        c0 = mx_round16(f, u0, true, _mm512_loadu_si512(r));
+        c1 = mx_round16(f, u1, true, _mm512_loadu_si512(r + 16));
+    } else {
+        c0 = mx_round16(f, u0, false, _mm512_setzero_si512());
+        c1 = mx_round16(f, u1, false, _mm512_setzero_si512());
+    }
+    mx_pack32(f, c0, c1, out);
+}
+
+/* Blocks 0 .. nb - 1 of encode, all full; r the stream (NULL: nearest). */
+MX_VINLINE void mx_encode_avx512(const mx_format_t *f, const float *in, size_t nb,
+                                 const tdl_rng_t *r, unsigned char *scales, unsigned char *elems)
+{
+    size_t bytes = mx_elem_bytes(f, MX_BLOCK);
+    uint32_t words[2 * MX_BLOCK];
+    for (size_t b = 0; b < nb; b++) {
+        if (r && b % 2 == 0)
+            mx_philox64(r->seed, r->stream, (uint64_t)b * (MX_BLOCK / 4), words);
+        const float *v = in + b * MX_BLOCK;
+        mx_block_encode32(f, _mm512_loadu_ps(v), _mm512_loadu_ps(v + 16),
+                          r ? words + (b % 2) * MX_BLOCK : NULL, &scales[b], elems + b * bytes);
+    }
+}
+
+/* Blocks 0 .. nb - 1 of the fused pass, all full: out = encode(local + decode(in)). */
+MX_VINLINE void mx_fuse_avx512(const mx_format_t *f, const unsigned char *scales,
+                               const unsigned char *elems, const float *local, size_t nb,
+                               const tdl_rng_t *r, unsigned char *oscales, unsigned char *oelems)
+{
+    size_t bytes = mx_elem_bytes(f, MX_BLOCK);
+    uint32_t words[2 * MX_BLOCK];
+    for (size_t b = 0; b < nb; b++) {
+        if (r && b % 2 == 0)
+            mx_philox64(r->seed, r->stream, (uint64_t)b * (MX_BLOCK / 4), words);
+        __m512i c0, c1;
+        mx_unpack32(f, elems + b * bytes, &c0, &c1);
+        __m512 sc = _mm512_set1_ps(mx_scale_value(scales[b]));
+        const float *l = local + b * MX_BLOCK;
+        __m512 v0 = _mm512_add_ps(_mm512_loadu_ps(l), _mm512_mul_ps(mx_values16(f, c0), sc));
+        __m512 v1 = _mm512_add_ps(_mm512_loadu_ps(l + 16), _mm512_mul_ps(mx_values16(f, c1), sc));
+        mx_block_encode32(f, v0, v1, r ? words + (b % 2) * MX_BLOCK : NULL, &oscales[b],
+                          oelems + b * bytes);
+    }
+}
+
+/* Blocks 0 .. nb - 1 of decode or decode_accumulate, all full. A NaN product wins the sum, as
+ * in the portable loop's code (prod + acc): the NaN bits do not depend on the operand order. */
+MX_VINLINE void mx_decode_avx512(const mx_format_t *f, const unsigned char *scales,
+                                 const unsigned char *elems, float *acc, size_t nb, bool accumulate)
+{
+    size_t bytes = mx_elem_bytes(f, MX_BLOCK);
+    for (size_t b = 0; b < nb; b++) {
+        __m512i c[2];
+        mx_unpack32(f, elems + b * bytes, &c[0], &c[1]);
+        __m512 sc = _mm512_set1_ps(mx_scale_value(scales[b]));
+        for (int h = 0; h < 2; h++) {
+            float *o = acc + b * MX_BLOCK + 16 * h;
+            __m512 p = _mm512_mul_ps(mx_values16(f, c[h]), sc);
+            if (accumulate) {
+                __mmask16 nan = _mm512_cmp_ps_mask(p, p, _CMP_UNORD_Q);
+                p = _mm512_mask_blend_ps(nan, _mm512_add_ps(_mm512_loadu_ps(o), p), p);
+            }
+            _mm512_storeu_ps(o, p);
+        }
+    }
+}
+
+#define MX_AVX512_OPS(id, fmt)                                                                     \
+    MX_AVX512 static void id##_encode_avx512(const float *in, size_t nb, const tdl_rng_t *r,       \
+                                             unsigned char *scales, unsigned char *elems)          \
+    {                                                                                              \
+        mx_encode_avx512(&fmt, in, nb, r, scales, elems);                                          \
+    }                                                                                              \
+    MX_AVX512 static void id##_fuse_avx512(                                                        \
+        const unsigned char *scales, const unsigned char *elems, const float *local, size_t nb,    \
+        const tdl_rng_t *r, unsigned char *oscales, unsigned char *oelems)                         \
+    {                                                                                              \
+        mx_fuse_avx512(&fmt, scales, elems, local, nb, r, oscales, oelems);                        \
+    }                                                                                              \
+    MX_AVX512 static void id##_decode_avx512(const unsigned char *scales,                          \
+                                             const unsigned char *elems, float *acc, size_t nb,    \
+                                             bool accumulate)                                      \
+    {                                                                                              \
+        mx_decode_avx512(&fmt, scales, elems, acc, nb, accumulate);                                \
+    }                                                                                              \
+    static const mx_vec_t id##_vec = {id##_encode_avx512, id##_fuse_avx512, id##_decode_avx512};
+
+#endif
+
+#ifdef MX_HAVE_AVX512
+#define MX_VEC(id) (&id##_vec)
+#else
+#define MX_AVX512_OPS(id, fmt)
+#define MX_VEC(id) NULL
+#endif
+
+/* Which loops run: 1 the AVX-512 ones where the CPU has AVX-512 F, BW, DQ and VL, 0 the portable
+ * ones, also when TIDAL_MXFP_ISA is "portable" (for tests and comparisons). */
+static int mx_isa = -1;
+static pthread_once_t mx_isa_once = PTHREAD_ONCE_INIT;
+
+static void mx_isa_init(void)
+{
+    int best = 0;
+#ifdef MX_HAVE_AVX512
+    __builtin_cpu_init();
+    best = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+#endif
+    const char *env = getenv("TIDAL_MXFP_ISA");
+    mx_isa = env && !strcmp(env, "portable") ? 0 : best;
+}
+
+/* The vector loops to run, or NULL for the portable ones. */
+static const mx_vec_t *mx_vec_pick(const mx_vec_t *vec)
+{
+    pthread_once(&mx_isa_once, mx_isa_init);
+    return mx_isa >= 1 ? vec : NULL;
+}
+
 /* ---- the operations ----------------------------------------------------------------------- */
 
 typedef enum { MX_DECODE, MX_ACCUMULATE, MX_ACCUMULATE_ENCODE } mx_pass_t;
 
-MX_INLINE tdl_status_t mx_encode(const mx_format_t *f, const void *cfg, const codec_where_t *w,
-                                 const float *in, size_t n, void *out, size_t *out_bytes)
+MX_INLINE tdl_status_t mx_encode(const mx_format_t *f, const mx_vec_t *vec, const void *cfg,
+                                 const codec_where_t *w, const float *in, size_t n, void *out,
+                                 size_t *out_bytes)
 {
     tdl_status_t st = codec_check_args(f->name, in, out, n);
     if (!st)
@@ -203,7 +540,12 @@ MX_INLINE tdl_status_t mx_encode(const mx_format_t *f, const void *cfg, const co
     size_t nb = (n + MX_BLOCK - 1) / MX_BLOCK, full_bytes = mx_elem_bytes(f, MX_BLOCK);
     unsigned char *scales = out, *elems = scales + nb;
     uint8_t codes[MX_BLOCK];
-    for (size_t b = 0; b < nb; b++) {
+    size_t b0 = 0;
+    if ((vec = mx_vec_pick(vec))) {
+        b0 = n / MX_BLOCK;
+        vec->encode(in, b0, r, scales, elems);
+    }
+    for (size_t b = b0; b < nb; b++) {
         size_t first = b * MX_BLOCK, cnt = TDL_MIN(n - first, (size_t)MX_BLOCK);
         mx_block_encode(f, in + first, cnt, r, first, &scales[b], codes);
         mx_block_pack(f, codes, cnt, elems + b * full_bytes);
@@ -213,9 +555,9 @@ MX_INLINE tdl_status_t mx_encode(const mx_format_t *f, const void *cfg, const co
 }
 
 /* decode, decode_accumulate and decode_accumulate_encode: one pass over the blocks. */
-MX_INLINE tdl_status_t mx_pass(const mx_format_t *f, mx_pass_t pass, const void *cfg,
-                               const codec_where_t *w, const void *in, size_t in_bytes,
-                               const float *local, float *acc, size_t n, void *out,
+MX_INLINE tdl_status_t mx_pass(const mx_format_t *f, const mx_vec_t *vec, mx_pass_t pass,
+                               const void *cfg, const codec_where_t *w, const void *in,
+                               size_t in_bytes, const float *local, float *acc, size_t n, void *out,
                                size_t *out_bytes)
 {
     tdl_status_t st = codec_check_args(f->name, in, pass == MX_ACCUMULATE_ENCODE ? out : acc, n);
@@ -248,7 +590,15 @@ MX_INLINE tdl_status_t mx_pass(const mx_format_t *f, mx_pass_t pass, const void 
     }
     unsigned char *oscales = out, *oelems = oscales ? oscales + nb : NULL;
     float sum[MX_BLOCK];
-    for (size_t b = 0; b < nb; b++) {
+    size_t b0 = 0;
+    if ((vec = mx_vec_pick(vec))) {
+        b0 = n / MX_BLOCK;
+        if (pass == MX_ACCUMULATE_ENCODE)
+            vec->fuse(scales, elems, local, b0, r, oscales, oelems);
+        else
+            vec->decode(scales, elems, acc, b0, pass == MX_ACCUMULATE);
+    }
+    for (size_t b = b0; b < nb; b++) {
         size_t first = b * MX_BLOCK, cnt = TDL_MIN(n - first, (size_t)MX_BLOCK);
         mx_block_unpack(f, elems + b * full_bytes, cnt, codes);
         float sc = mx_scale_value(scales[b]);
@@ -284,6 +634,7 @@ static double mx_bits_per_coord(const mx_format_t *f, size_t n)
 }
 
 #define MX_OPS(id, fmt)                                                                            \
+    MX_AVX512_OPS(id, fmt)                                                                         \
     static size_t id##_max_encoded_bytes(const void *cfg, size_t n)                                \
     {                                                                                              \
         return mx_bytes(&fmt, n);                                                                  \
@@ -291,24 +642,26 @@ static double mx_bits_per_coord(const mx_format_t *f, size_t n)
     static tdl_status_t id##_encode(const void *cfg, const codec_where_t *w, const float *in,      \
                                     size_t n, void *out, size_t *out_bytes)                        \
     {                                                                                              \
-        return mx_encode(&fmt, cfg, w, in, n, out, out_bytes);                                     \
+        return mx_encode(&fmt, MX_VEC(id), cfg, w, in, n, out, out_bytes);                         \
     }                                                                                              \
     static tdl_status_t id##_decode(const void *cfg, const void *in, size_t in_bytes, float *out,  \
                                     size_t n)                                                      \
     {                                                                                              \
-        return mx_pass(&fmt, MX_DECODE, cfg, NULL, in, in_bytes, NULL, out, n, NULL, NULL);        \
+        return mx_pass(&fmt, MX_VEC(id), MX_DECODE, cfg, NULL, in, in_bytes, NULL, out, n, NULL,   \
+                       NULL);                                                                      \
     }                                                                                              \
     static tdl_status_t id##_decode_accumulate(const void *cfg, const void *in, size_t in_bytes,   \
                                                float *acc, size_t n)                               \
     {                                                                                              \
-        return mx_pass(&fmt, MX_ACCUMULATE, cfg, NULL, in, in_bytes, NULL, acc, n, NULL, NULL);    \
+        return mx_pass(&fmt, MX_VEC(id), MX_ACCUMULATE, cfg, NULL, in, in_bytes, NULL, acc, n,     \
+                       NULL, NULL);                                                                \
     }                                                                                              \
     static tdl_status_t id##_decode_accumulate_encode(                                             \
         const void *cfg, const codec_where_t *w, const void *in, size_t in_bytes,                  \
         const float *local, size_t n, void *out, size_t *out_bytes)                                \
     {                                                                                              \
-        return mx_pass(&fmt, MX_ACCUMULATE_ENCODE, cfg, w, in, in_bytes, local, NULL, n, out,      \
-                       out_bytes);                                                                 \
+        return mx_pass(&fmt, MX_VEC(id), MX_ACCUMULATE_ENCODE, cfg, w, in, in_bytes, local, NULL,  \
+                       n, out, out_bytes);                                                         \
     }                                                                                              \
     static double id##_bits_per_coord(const void *cfg, size_t n)                                   \
     {                                                                                              \
