@@ -25,6 +25,8 @@ extern const codec_ops_t codec_dynamiq_ops;
  * VBMI and GFNI super-group by super-group; answers the previous choice. A request the CPU
  * cannot honour (or -1, to ask) changes nothing. For tests that compare them. */
 int codec_dynamiq_isa(int isa);
+/* Which loops the MX codecs run: 0 portable, 1 AVX-512; as codec_dynamiq_isa. */
+int codec_mxfp_isa(int isa);
 
 static inline bool codec_cfg_stochastic(const void *cfg)
 {

@@ -515,6 +515,22 @@ static const mx_vec_t *mx_vec_pick(const mx_vec_t *vec)
     return mx_isa >= 1 ? vec : NULL;
 }
 
+int codec_mxfp_isa(int isa)
+{
+    pthread_once(&mx_isa_once, mx_isa_init);
+    int was = mx_isa;
+#ifdef MX_HAVE_AVX512
+    if (isa == 0 || (isa == 1 && __builtin_cpu_supports("avx512f") &&
+                     __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+                     __builtin_cpu_supports("avx512vl")))
+        mx_isa = isa;
+#else
+    if (isa == 0)
+        mx_isa = 0;
+#endif
+    return was;
+}
+
 /* ---- the operations ----------------------------------------------------------------------- */
 
 typedef enum { MX_DECODE, MX_ACCUMULATE, MX_ACCUMULATE_ENCODE } mx_pass_t;

@@ -1,7 +1,8 @@
 /* Gradient codecs: MX encodings against examples worked by hand from the OCP Microscaling v1.0
  * specification, element values against the specification's formula, round-trip error bounds,
  * special values, fused passes equal to the unfused ones byte for byte, unbiased and
- * reproducible stochastic rounding, and malformed input refused without reading past it. */
+ * reproducible stochastic rounding, malformed input refused without reading past it, and the MX
+ * formats' AVX-512 loops byte for byte the portable ones. */
 #include "config.h"
 
 #include <float.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 
 #include "codec/codec.h"
+#include "codec/codec_internal.h"
 #include "core/core.h"
 #include "tap.h"
 
@@ -655,6 +657,85 @@ static void test_fused(void)
     }
 }
 
+/* ---- the MX formats' AVX-512 loops against the portable ones --------------------------- */
+
+/* Values over every magnitude a float has, with blocks of zeros, subnormals, specials, ties of
+ * the element formats (few mantissa bits) and values near the largest normals. */
+static void fill_wild(float *x, size_t n, uint64_t seed)
+{
+    tdl_rng_t rng;
+    tdl_rng_init(&rng, seed, 5);
+    for (size_t i = 0; i < n; i++) {
+        size_t block = i / 32;
+        uint32_t r = tdl_rng_u32(&rng);
+        double sgn = (r & 1) ? -1.0 : 1.0;
+        switch (block % 9) {
+        case 0: x[i] = 0.0f; break;
+        case 1: x[i] = (float)(sgn * ldexp(1.0 + (r >> 8 & 7) / 8.0, -140 + (int)(r >> 16 & 15)));
+            break;
+        case 2: x[i] = (float)(sgn * ldexp((r >> 4 & 15) / 4.0 + 0.125, (int)(r >> 12 & 7)));
+            break; /* ties of 1-3 mantissa bits */
+        case 3: x[i] = (float)(sgn * (440.0 + (r >> 4 & 31) + (r >> 9 & 1) * 57000.0)); break;
+        case 4: x[i] = i % 32 == 7 ? NAN : (float)(sgn * (r >> 8) * 1e-3); break;
+        case 5: x[i] = i % 32 == 11 ? (float)(sgn * INFINITY) : (float)(sgn * (r >> 8)); break;
+        default: {
+            uint32_t u = tdl_rng_u32(&rng) & 0xff7fffffu; /* any finite float */
+            memcpy(&x[i], &u, 4);
+        }
+        }
+    }
+}
+
+static void test_mx_isa(void)
+{
+    int initial = codec_mxfp_isa(-1);
+    codec_mxfp_isa(1);
+    if (codec_mxfp_isa(-1) != 1) {
+        ok(1, "# SKIP no AVX-512 here: only the portable MX loops run");
+        codec_mxfp_isa(initial);
+        return;
+    }
+    const size_t sizes[] = {1, 31, 32, 33, 100, 1000, 4099, 40000};
+    const codec_config_t *cfgs[] = {&cfg_rne, &cfg_sr};
+    for (size_t i = 0; i < TDL_ARRAY_SIZE(all_names); i++) {
+        if (strncmp(all_names[i], "mxfp", 4) != 0)
+            continue;
+        const codec_ops_t *ops = codec_find(all_names[i]);
+        int same = 1;
+        for (size_t z = 0; z < TDL_ARRAY_SIZE(sizes) && same; z++)
+            for (size_t c = 0; c < TDL_ARRAY_SIZE(cfgs) && same; c++) {
+                size_t n = sizes[z], cap = ops->max_encoded_bytes(cfgs[c], n), b[2], f[2];
+                float *x = malloc(n * 4), *l = malloc(n * 4), *d[2], *a[2];
+                unsigned char *e[2], *u[2];
+                fill_wild(x, n, 100 + z);
+                fill_wild(l, n, 200 + z);
+                codec_where_t w0 = where_of(z + 1, 1, 0, 3 + c), w1 = where_of(z + 1, 2, 1, 5 + c);
+                for (int isa = 0; isa < 2; isa++) {
+                    codec_mxfp_isa(isa);
+                    e[isa] = malloc(cap), u[isa] = malloc(cap);
+                    d[isa] = malloc(n * 4), a[isa] = malloc(n * 4);
+                    memcpy(a[isa], l, n * 4);
+                    ops->encode(cfgs[c], &w0, x, n, e[isa], &b[isa]);
+                    ops->decode(cfgs[c], e[0], b[0], d[isa], n);
+                    ops->decode_accumulate(cfgs[c], e[0], b[0], a[isa], n);
+                    ops->decode_accumulate_encode(cfgs[c], &w1, e[0], b[0], l, n, u[isa], &f[isa]);
+                }
+                same = b[0] == b[1] && !memcmp(e[0], e[1], b[0]) && !memcmp(d[0], d[1], n * 4) &&
+                       !memcmp(a[0], a[1], n * 4) && f[0] == f[1] && !memcmp(u[0], u[1], f[0]);
+                if (!same)
+                    diag("%s: %zu values, %s rounding differ", ops->name, n,
+                         c ? "stochastic" : "nearest");
+                free(x), free(l);
+                for (int isa = 0; isa < 2; isa++)
+                    free(e[isa]), free(u[isa]), free(d[isa]), free(a[isa]);
+            }
+        ok(same, "%s: the AVX-512 loops give the portable loops' bytes and floats (encode, decode, "
+                 "decode-accumulate, fused; nearest and stochastic; 8 sizes)",
+           ops->name);
+    }
+    codec_mxfp_isa(initial);
+}
+
 /* ---- stochastic rounding ------------------------------------------------------------------ */
 
 static void test_stochastic(void)
@@ -845,5 +926,6 @@ int main(void)
     test_fused();
     test_stochastic();
     test_malformed();
+    test_mx_isa();
     return done_testing();
 }
