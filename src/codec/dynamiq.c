@@ -437,16 +437,26 @@ DQ_AVX512 static inline __m512 dq_zt_get(const dq_zt_t *z, __m512i idx)
         p1 = _mm512_mul_ps(_mm512_sub_ps(v1, GET_L(k1)), GET_I(k1));                               \
     } while (0)
 
+/* The cnt <= 32 values of a group times inv, clamped to [-1, 1], as two halves (zeros past
+ * cnt), with the masks of the lanes that hold values. */
+DQ_AVX512 static inline void dq_z_load_scaled(const float *x, int cnt, float inv, __mmask16 *m0,
+                                              __mmask16 *m1, __m512 *v0, __m512 *v1)
+{
+    *m0 = (__mmask16)(cnt >= 16 ? 0xffff : (1u << cnt) - 1);
+    *m1 = (__mmask16)(cnt >= 32 ? 0xffff : cnt > 16 ? (1u << (cnt - 16)) - 1 : 0);
+    __m512 vinv = _mm512_set1_ps(inv), lo = _mm512_set1_ps(-1.0f), hi = _mm512_set1_ps(1.0f);
+    *v0 = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(*m0, x), vinv), lo), hi);
+    *v1 = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(*m1, x + 16), vinv), lo),
+                        hi);
+}
+
 DQ_AVX512 static void dq_quantize_group_avx512(const dq_enc_t *c, const float *x, int cnt,
                                                float inv, int w, uint64_t a, uint32_t *planes)
 {
-    __mmask16 m0 = (__mmask16)(cnt >= 16 ? 0xffff : (1u << cnt) - 1);
-    __mmask16 m1 = (__mmask16)(cnt >= 32 ? 0xffff : cnt > 16 ? (1u << (cnt - 16)) - 1 : 0);
+    __mmask16 m0, m1;
+    __m512 v0, v1;
+    dq_z_load_scaled(x, cnt, inv, &m0, &m1, &v0, &v1);
     int top = (1 << w) - 1;
-    __m512 vinv = _mm512_set1_ps(inv), lo = _mm512_set1_ps(-1.0f), hi = _mm512_set1_ps(1.0f);
-    __m512 v0 = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m0, x), vinv), lo), hi);
-    __m512 v1 = _mm512_min_ps(
-        _mm512_max_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m1, x + 16), vinv), lo), hi);
     __m512i k0 = _mm512_setzero_si512(), k1 = _mm512_setzero_si512(), tm1 = _mm512_set1_epi32(top - 1);
     __m512 p0, p1;
     if (w <= 4) {
@@ -671,13 +681,10 @@ DQ_ZV static DQ_INLINE __m512 dq_z_lookup(const float *tab, __m512i k, int lw, b
 DQ_ZV static DQ_INLINE void dq_z_quantize(const dq_enc_t *c, const float *x, int cnt, float inv,
                                           int w, int lw, uint32_t a, unsigned char *o)
 {
-    __mmask16 m0 = (__mmask16)(cnt >= 16 ? 0xffff : (1u << cnt) - 1);
-    __mmask16 m1 = (__mmask16)(cnt >= 32 ? 0xffff : cnt > 16 ? (1u << (cnt - 16)) - 1 : 0);
+    __mmask16 m0, m1;
+    __m512 v0, v1, hi = _mm512_set1_ps(1.0f);
+    dq_z_load_scaled(x, cnt, inv, &m0, &m1, &v0, &v1);
     int top = (1 << w) - 1;
-    __m512 vinv = _mm512_set1_ps(inv), lo = _mm512_set1_ps(-1.0f), hi = _mm512_set1_ps(1.0f);
-    __m512 v0 = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m0, x), vinv), lo), hi);
-    __m512 v1 = _mm512_min_ps(
-        _mm512_max_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m1, x + 16), vinv), lo), hi);
     __m512i k0 = _mm512_setzero_si512(), k1 = _mm512_setzero_si512();
     __m512i tm1 = _mm512_set1_epi32(top - 1);
     __m512 p0, p1;
