@@ -244,6 +244,18 @@ typedef struct dq_enc {
 #define DQ_CLONES
 #endif
 
+/* The super-group's scale: its largest magnitude rounded up to a bf16 (at most the largest
+ * finite one), stored at o; answers it as a float. */
+static inline float dq_store_scale(float smax, unsigned char *o)
+{
+    uint32_t u = codec_f32_bits(smax);
+    u = (u >> 16) + ((u & 0xffffu) != 0);
+    if (u >= 0x7f80u)
+        u = 0x7f7fu; /* the largest finite bf16 */
+    codec_store_le16(o, (uint16_t)u);
+    return codec_bits_f32(u << 16);
+}
+
 /* Level indices of cnt <= 32 values x scaled by inv, at width w, as w bit planes. */
 DQ_CLONES static void dq_quantize_group(const dq_enc_t *c, const float *x, int cnt, float inv,
                                         int w, uint64_t a, uint32_t *planes)
@@ -839,12 +851,7 @@ DQ_ZV static void dq_z_encode_sg(const dq_enc_t *c, const float *x, size_t m, co
     __mmask8 lanes = (__mmask8)((1u << ng) - 1);
     __m256 gm = _mm256_maskz_loadu_ps(lanes, gmax);
     float smax = _mm512_reduce_max_ps(_mm512_zextps256_ps512(gm));
-    uint32_t u = codec_f32_bits(smax);
-    u = (u >> 16) + ((u & 0xffffu) != 0);
-    if (u >= 0x7f80u)
-        u = 0x7f7fu; /* the largest finite bf16 */
-    codec_store_le16(o, (uint16_t)u);
-    float S = codec_bits_f32(u << 16);
+    float S = dq_store_scale(smax, o);
     float step[16];
     _mm512_storeu_ps(step, _mm512_mul_ps(_mm512_set1_ps(S),
                                          _mm512_maskz_loadu_ps(0x7fff, dq_half_table)));
@@ -1043,12 +1050,7 @@ static void dq_encode_sg(const dq_enc_t *c, const float *x, size_t m, const floa
     float smax = 0;
     for (int g = 0; g < ng; g++)
         smax = dq_max(smax, gmax[g]);
-    uint32_t u = codec_f32_bits(smax);
-    u = (u >> 16) + ((u & 0xffffu) != 0);
-    if (u >= 0x7f80u)
-        u = 0x7f7fu; /* the largest finite bf16 */
-    codec_store_le16(o, (uint16_t)u);
-    float S = codec_bits_f32(u << 16);
+    float S = dq_store_scale(smax, o);
     int e[DQ_GPS], w[DQ_GPS];
     float step[DQ_EMAX + 1]; /* the scales S 2^(-e/2), decreasing with e */
     for (int j = 0; j <= DQ_EMAX; j++)
