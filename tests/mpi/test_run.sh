@@ -42,6 +42,15 @@ EOF
 rc=$?
 sed 's/^/# /' "$dir/moves"
 check "ranks moved to serving and back to training" [ $rc = 0 ]
+# each move measured against the step it waited for and the step before: numbers, positive when
+# moves were measured (not timings)
+check "the moves are reported against both steps" awk '
+    /moves to serving against the training step they waited for/ {
+        for (i = 1; i <= NF; i++) { v = $(i + 1); sub(/,$/, "", v)
+            if ($i == "p50" || $i == "p95") { n++; pos += v + 0 > 0 }
+            if ($(i + 1) ~ /^moves\)/) { moves = $i; sub(/^\(/, "", moves); moves += 0 } }
+        found = 1 }
+    END { exit !(found && n == 4 && pos == (moves > 0 ? 4 : 0)) }' "$dir/run.out"
 plotted=no
 [ -s "$dir/run/timeline.csv" ] && { [ -s "$dir/run/timeline.png" ] ||
     grep -q "gnuplot did not draw" "$dir/run.out"; } && plotted=yes
