@@ -69,7 +69,7 @@ static const tdl_param_def_t run_params[] = {
 
 enum { OP_RESIZE = 10, OP_JOIN = 11, OP_RELOAD = 12 };
 enum { DEC_GO_ON = 0, DEC_RESIZE, DEC_STOP, DEC_DONE };
-enum { REP_STEP = 1, REP_LEFT, REP_JOINED, REP_CKPT, REP_DONE, REP_ERROR };
+enum { REP_STEP = 1, REP_LEFT, REP_JOINED, REP_CKPT, REP_DONE, REP_ERROR, REP_RESUMED };
 enum { ROLE_TRAIN = 0, ROLE_SERVE, ROLE_TO_SERVE, ROLE_TO_TRAIN };
 
 #define RUN_MAX_WORKERS 112
@@ -273,9 +273,12 @@ static tdl_status_t run_worker(void *user, tdl_params_t *params, gfc_runtime_t *
         st = train_checkpoint_resume_auto(tr, R->ckpt_dir, false, from, sizeof(from));
         if (st == TDL_ERR_NOT_FOUND) /* a fresh run */
             st = TDL_OK, from[0] = '\0';
-        if (st == TDL_OK && from[0] && me == 1)
+        if (st == TDL_OK && from[0] && me == 1) {
             printf("tidal run: training resumes from %s at step %lld\n", from,
                    (long long)train_trainer_steps_done(tr));
+            /* rank 0 counts steps from there, and names that checkpoint until a newer one */
+            st = report(w, REP_RESUMED, me, train_trainer_steps_done(tr), NAN, world - 1, from);
+        }
     }
     /* everyone trains at first */
     run_members_t mem = {.epoch = 0, .n = (uint32_t)(world - 1), .root = 1};
@@ -379,6 +382,14 @@ static tdl_status_t on_report(run_t *R, serve_coord_t *c, int w, const run_repor
         if (R->losses)
             fprintf(R->losses, "%lld,%.7g,%d\n", (long long)r->step, r->loss, r->members);
         return TDL_OK;
+    case REP_RESUMED:
+        if (!R->seen_step) {
+            R->step = r->step;
+            R->first_step = r->step;
+        }
+        if (!R->latest[0])
+            snprintf(R->latest, sizeof(R->latest), "%s", r->path);
+        return TDL_OK;
     case REP_CKPT:
         snprintf(R->latest, sizeof(R->latest), "%s", r->path);
         printf("tidal run: checkpoint %s (step %lld)\n", r->path, (long long)r->step);
@@ -394,6 +405,7 @@ static tdl_status_t on_report(run_t *R, serve_coord_t *c, int w, const run_repor
         return TDL_OK;
     case REP_DONE:
         R->training_done = true;
+        R->step = TDL_MAX(R->step, r->step);
         printf("tidal run: training finished at step %lld; every rank serves\n",
                (long long)r->step);
         for (int k = 1; k <= R->workers; k++)
@@ -626,11 +638,14 @@ static void run_finish(void *user, serve_coord_t *c)
     if (R->losses)
         fclose(R->losses);
     R->timeline = R->losses = NULL;
+    char loss[32] = "no step in this job";
+    if (R->seen_step)
+        snprintf(loss, sizeof(loss), "loss %.4f", R->loss);
     printf("tidal run: %d moves to serving, %d to training; realloc to serving p50 %.1f ms, "
-           "p95 %.1f ms; training at step %lld, loss %.4f; last checkpoint %s\n",
+           "p95 %.1f ms; training at step %lld, %s; last checkpoint %s\n",
            R->moves_to_serve, R->moves_to_train,
            serve_quantile(R->realloc_ms, (size_t)R->nrealloc, 0.5),
-           serve_quantile(R->realloc_ms, (size_t)R->nrealloc, 0.95), (long long)R->step, R->loss,
+           serve_quantile(R->realloc_ms, (size_t)R->nrealloc, 0.95), (long long)R->step, loss,
            R->latest[0] ? R->latest : "(none)");
     printf("tidal run: moves to serving against the training step they waited for + 10 ms: p50 "
            "%.2f, p95 %.2f, worst %.2f of it (%d moves); against the step before the decision "

@@ -91,6 +91,19 @@ tidal_mpirun 4 "$TIDAL" run $train --train-steps 200 --ckpt-every 50 --listen no
 rc=$?
 check "the second run exits 0 (rc=$rc)" [ $rc = 0 ]
 check "it resumed from the checkpoint of step 150" grep -q "resumes from .*ckpt-00000150.h5 at step 150" "$dir/run2.out"
+check "its summary counts the 50 steps of this job, to step 200" sh -c \
+    'grep -q "training at step 200," "$1" && grep -q "training: 50 steps in this job" "$1"' _ \
+    "$dir/run2.out"
+# a third run finds training finished: it serves, and its summary still names step 200 and the
+# checkpoint it resumed from
+tidal_mpirun 3 "$TIDAL" run $train --train-steps 200 --listen none --out "$dir/run" \
+    --trace "$dir/burst.jsonl" --max-resolution 32 --progress-every 0 --max-seconds 3 \
+    >"$dir/run3.out" 2>&1
+rc=$?
+check "a run with nothing left to train names its step and checkpoint (rc=$rc)" sh -c \
+    '[ $2 = 0 ] && grep -q "training at step 200, no step in this job; last checkpoint .*ckpt-00000200.h5" "$1"' \
+    _ "$dir/run3.out" "$rc"
+[ $rc = 0 ] || tail -n 20 "$dir/run3.out" | sed 's/^/# /'
 cmp_losses 151 200 >"$dir/cmp2" 2>&1
 rc=$?
 sed 's/^/# /' "$dir/cmp2"
