@@ -12,8 +12,6 @@
 #include "dit/activation.h"
 #include "dit/backend.h"
 
-#define DIT_LN_EPS_ 1e-6
-
 typedef struct dit_cuda {
     tdl_gpu_t *gpu;
     tdl_stream_t stream;
@@ -46,43 +44,15 @@ TDL_KERNEL void k_bias_grad(float *db, const float *dout, int n, int dim)
 TDL_KERNEL void k_layernorm_forward(float *out, float *mean, float *rstd, const float *in, int n,
                                     int d)
 {
-    for (size_t i = tdl_tid(); i < (size_t)n; i += tdl_nthreads()) {
-        const float *x = in + i * d;
-        float *y = out + i * d;
-        double m = 0, v = 0;
-        for (int j = 0; j < d; j++)
-            m += x[j];
-        m /= d;
-        for (int j = 0; j < d; j++)
-            v += (x[j] - m) * (x[j] - m);
-        v /= d;
-        float r = (float)(1.0 / sqrt(v + DIT_LN_EPS_));
-        for (int j = 0; j < d; j++)
-            y[j] = (float)(x[j] - m) * r;
-        mean[i] = (float)m;
-        rstd[i] = r;
-    }
+    for (size_t i = tdl_tid(); i < (size_t)n; i += tdl_nthreads())
+        dit_layernorm_row(out + i * d, &mean[i], &rstd[i], in + i * d, d);
 }
 
 TDL_KERNEL void k_layernorm_backward(float *din, const float *dout, const float *in,
                                      const float *mean, const float *rstd, int n, int d)
 {
-    for (size_t i = tdl_tid(); i < (size_t)n; i += tdl_nthreads()) {
-        const float *x = in + i * d, *dy = dout + i * d;
-        float *dx = din + i * d;
-        float m = mean[i], r = rstd[i];
-        double sdy = 0, sdyx = 0;
-        for (int j = 0; j < d; j++) {
-            float xh = (x[j] - m) * r;
-            sdy += dy[j];
-            sdyx += dy[j] * xh;
-        }
-        float mdy = (float)(sdy / d), mdyx = (float)(sdyx / d);
-        for (int j = 0; j < d; j++) {
-            float xh = (x[j] - m) * r;
-            dx[j] += r * (dy[j] - mdy - xh * mdyx);
-        }
-    }
+    for (size_t i = tdl_tid(); i < (size_t)n; i += tdl_nthreads())
+        dit_layernorm_row_backward(din + i * d, dout + i * d, in + i * d, mean[i], rstd[i], d);
 }
 
 // out[s,k,j] = in * (1 + scale[s,j]) + shift[s,j]

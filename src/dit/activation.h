@@ -1,8 +1,10 @@
-/* The DiT's element-wise activations, value and derivative per element: one definition for the
- * CPU loops (layers.c) and the GPU kernels (cuda/dit.cu, which nvcc compiles for the device, and
- * its emulation), so both backends compute the same approximations. */
+/* The DiT's element-wise activations, value and derivative per element, and its LayerNorm of one
+ * row: one definition for the CPU loops (layers.c) and the GPU kernels (cuda/dit.cu, which nvcc
+ * compiles for the device, and its emulation), so both backends compute the same thing. */
 #ifndef TIDAL_DIT_ACTIVATION_H
 #define TIDAL_DIT_ACTIVATION_H
+
+#include <math.h>
 
 #ifdef __CUDACC__
 #define DIT_ELEMENTWISE static __host__ __device__ __forceinline__
@@ -64,6 +66,42 @@ DIT_ELEMENTWISE float dit_gelu_grad(float x)
     float th = dit_fast_tanh(DIT_GELU_K * (x + 0.044715f * x * x * x));
     float du = DIT_GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
     return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;
+}
+
+#define DIT_LN_EPS 1e-6f
+
+/* LayerNorm without affine of the d values x: y = (x - mean) * rstd, sums in double */
+DIT_ELEMENTWISE void dit_layernorm_row(float *y, float *mean, float *rstd, const float *x, int d)
+{
+    double m = 0, v = 0;
+    for (int j = 0; j < d; j++)
+        m += x[j];
+    m /= d;
+    for (int j = 0; j < d; j++)
+        v += (x[j] - m) * (x[j] - m);
+    v /= d;
+    float r = (float)(1.0 / sqrt(v + DIT_LN_EPS));
+    for (int j = 0; j < d; j++)
+        y[j] = (float)(x[j] - m) * r;
+    *mean = (float)m;
+    *rstd = r;
+}
+
+/* Its backward, added into dx: dx += rstd * (dy - mean(dy) - xhat * mean(dy * xhat)) */
+DIT_ELEMENTWISE void dit_layernorm_row_backward(float *dx, const float *dy, const float *x,
+                                                float m, float r, int d)
+{
+    double sdy = 0, sdyx = 0;
+    for (int j = 0; j < d; j++) {
+        float xh = (x[j] - m) * r;
+        sdy += dy[j];
+        sdyx += dy[j] * xh;
+    }
+    float mdy = (float)(sdy / d), mdyx = (float)(sdyx / d);
+    for (int j = 0; j < d; j++) {
+        float xh = (x[j] - m) * r;
+        dx[j] += r * (dy[j] - mdy - xh * mdyx);
+    }
 }
 
 #endif /* TIDAL_DIT_ACTIVATION_H */

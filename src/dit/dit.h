@@ -14,7 +14,6 @@
 
 #define DIT_FREQ_DIM 256     /* timestep embedding frequencies */
 #define DIT_T_SCALE 1000.0f  /* t in [0, 1] is embedded as t * 1000 */
-#define DIT_LN_EPS 1e-6f
 
 typedef struct dit_config {
     char name[32];

@@ -12,44 +12,16 @@
 
 void dit_layernorm_forward(float *out, float *mean, float *rstd, const float *in, int n, int d)
 {
-    for (int i = 0; i < n; i++) {
-        const float *x = in + (size_t)i * d;
-        float *y = out + (size_t)i * d;
-        double m = 0, v = 0;
-        for (int j = 0; j < d; j++)
-            m += x[j];
-        m /= d;
-        for (int j = 0; j < d; j++)
-            v += (x[j] - m) * (x[j] - m);
-        v /= d;
-        float r = (float)(1.0 / sqrt(v + DIT_LN_EPS));
-        for (int j = 0; j < d; j++)
-            y[j] = (float)(x[j] - m) * r;
-        mean[i] = (float)m;
-        rstd[i] = r;
-    }
+    for (int i = 0; i < n; i++)
+        dit_layernorm_row(out + (size_t)i * d, &mean[i], &rstd[i], in + (size_t)i * d, d);
 }
 
-/* dx = rstd * (dy - mean(dy) - xhat * mean(dy * xhat)) */
 void dit_layernorm_backward(float *din, const float *dout, const float *in, const float *mean,
                             const float *rstd, int n, int d)
 {
-    for (int i = 0; i < n; i++) {
-        const float *x = in + (size_t)i * d, *dy = dout + (size_t)i * d;
-        float *dx = din + (size_t)i * d;
-        float m = mean[i], r = rstd[i];
-        double sdy = 0, sdyx = 0;
-        for (int j = 0; j < d; j++) {
-            float xh = (x[j] - m) * r;
-            sdy += dy[j];
-            sdyx += dy[j] * xh;
-        }
-        float mdy = (float)(sdy / d), mdyx = (float)(sdyx / d);
-        for (int j = 0; j < d; j++) {
-            float xh = (x[j] - m) * r;
-            dx[j] += r * (dy[j] - mdy - xh * mdyx);
-        }
-    }
+    for (int i = 0; i < n; i++)
+        dit_layernorm_row_backward(din + (size_t)i * d, dout + (size_t)i * d,
+                                   in + (size_t)i * d, mean[i], rstd[i], d);
 }
 
 /* ---- adaLN modulation: y = x * (1 + scale) + shift, per sample --------------------------- */
