@@ -496,16 +496,22 @@ MX_VINLINE void mx_decode_avx512(const mx_format_t *f, const unsigned char *scal
 static int mx_isa = -1;
 static pthread_once_t mx_isa_once = PTHREAD_ONCE_INIT;
 
-static void mx_isa_init(void)
+/* 1 when the CPU can run the AVX-512 loops, else 0. */
+static int mx_isa_best(void)
 {
-    int best = 0;
 #ifdef MX_HAVE_AVX512
     __builtin_cpu_init();
-    best = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+#else
+    return 0;
 #endif
+}
+
+static void mx_isa_init(void)
+{
     const char *env = getenv("TIDAL_MXFP_ISA");
-    mx_isa = env && !strcmp(env, "portable") ? 0 : best;
+    mx_isa = env && !strcmp(env, "portable") ? 0 : mx_isa_best();
 }
 
 /* The vector loops to run, or NULL for the portable ones. */
@@ -519,15 +525,8 @@ int codec_mxfp_isa(int isa)
 {
     pthread_once(&mx_isa_once, mx_isa_init);
     int was = mx_isa;
-#ifdef MX_HAVE_AVX512
-    if (isa == 0 || (isa == 1 && __builtin_cpu_supports("avx512f") &&
-                     __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-                     __builtin_cpu_supports("avx512vl")))
+    if (isa >= 0 && isa <= mx_isa_best())
         mx_isa = isa;
-#else
-    if (isa == 0)
-        mx_isa = 0;
-#endif
     return was;
 }
 

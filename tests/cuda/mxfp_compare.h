@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "codec/codec.h"
+#include "codec/codec_internal.h"
 #include "core/core.h"
 #include "cuda/codec_gpu.h"
 #include "tap.h"
@@ -31,20 +32,6 @@ static size_t sizes_count;
 typedef enum { FILL_NORMAL, FILL_HEAVY, FILL_SPECIAL, FILL_COUNT } fill_t;
 static const char *const fill_names[] = {"normal", "heavy-tailed", "special"};
 
-static float bits_f32(uint32_t u)
-{
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
-}
-
-static uint32_t f32_bits(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    return u;
-}
-
 /* Block by block: zeros (signed), f32 subnormals, FLT_MAX beside tiny values, a NaN, +Inf, -Inf,
  * multiples of 2^-12 (ties for every format), random finite bit patterns, then normal values
  * scaled by a random power of two per block; the pattern repeats every 10 blocks, so the partial
@@ -62,13 +49,17 @@ static void fill(float *x, size_t n, fill_t kind, uint64_t seed)
             uint32_t u = tdl_rng_u32(&r);
             switch (blk) {
             case 0: v = (k & 1) ? -0.0f : 0.0f; break;
-            case 1: v = bits_f32((u & 0x807fffffu) | (k == 3)); break; /* subnormals, none 0 */
+            case 1: /* subnormals, none 0 */
+                v = codec_bits_f32((u & 0x807fffffu) | (k == 3));
+                break;
             case 2: v = k == 0 ? FLT_MAX : k == 1 ? -FLT_MAX : k == 2 ? 1e-40f : v * 1e-30f; break;
             case 3: v = k == 7 ? NAN : v; break;
             case 4: v = k == 31 ? INFINITY : v; break;
             case 5: v = k == 0 ? -INFINITY : v; break;
             case 6: v = (float)((int)(u % 2049) - 1024) * 0x1.0p-12f; break;
-            case 7: v = bits_f32((u & 0x7f800000u) == 0x7f800000u ? u & 0xbfffffffu : u); break;
+            case 7:
+                v = codec_bits_f32((u & 0x7f800000u) == 0x7f800000u ? u & 0xbfffffffu : u);
+                break;
             default: v = ldexpf(v, (int)(i / 32 % 61) - 30); break;
             }
         }
@@ -90,7 +81,7 @@ static size_t bytes_diff(const unsigned char *a, const unsigned char *b, size_t 
 static size_t floats_diff(const float *a, const float *b, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        if (f32_bits(a[i]) != f32_bits(b[i]) && !(isnan(a[i]) && isnan(b[i])))
+        if (codec_f32_bits(a[i]) != codec_f32_bits(b[i]) && !(isnan(a[i]) && isnan(b[i])))
             return i;
     return SIZE_MAX;
 }
