@@ -788,30 +788,31 @@ DQ_ZV static void dq_z_quantize_sg(const dq_enc_t *c, const float *x, size_t m, 
 DQ_ZV static __m256i dq_z_allocate(__m256i E, int vb)
 {
     __mmask8 nz = _mm256_cmpneq_epi32_mask(E, _mm256_set1_epi32(DQ_EZERO));
-    __m256i cost[3], tv[3];
-    for (int r = 0; r < 3; r++) {
-        cost[r] = _mm256_setzero_si256();
-        tv[r] = _mm256_add_epi16(_mm256_set1_epi16((short)(1 + 16 * r)),
-                                 _mm256_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,
-                                                   14, 15));
-    }
+    /* t = 1..48 in three rows of 16 lanes; the costs stay in registers */
+    __m256i iota = _mm256_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m256i tv0 = _mm256_add_epi16(_mm256_set1_epi16(1), iota);
+    __m256i tv1 = _mm256_add_epi16(_mm256_set1_epi16(17), iota);
+    __m256i tv2 = _mm256_add_epi16(_mm256_set1_epi16(33), iota);
+    __m256i cost0 = _mm256_setzero_si256(), cost1 = cost0, cost2 = cost0, z16 = cost0;
     __m256i one16 = _mm256_set1_epi16(1), top16 = _mm256_set1_epi16(DQ_WMAX);
     int e[8];
     _mm256_storeu_si256((__m256i *)e, E);
-    for (int g = 0; g < 8; g++) {
-        if (e[g] == DQ_EZERO)
-            continue;
-        __m256i ev = _mm256_set1_epi16((short)e[g]);
-        for (int r = 0; r < 3; r++) {
-            __m256i d = _mm256_max_epi16(_mm256_sub_epi16(tv[r], ev), _mm256_setzero_si256());
-            __m256i wv = _mm256_min_epi16(_mm256_max_epi16(_mm256_srli_epi16(d, 1), one16), top16);
-            cost[r] = _mm256_add_epi16(cost[r], wv);
-        }
+#define DQ_Z_COST(tv, ev)                                                                          \
+    _mm256_min_epi16(                                                                              \
+        _mm256_max_epi16(_mm256_srli_epi16(_mm256_max_epi16(_mm256_sub_epi16(tv, ev), z16), 1),    \
+                         one16),                                                                   \
+        top16)
+    for (unsigned left = nz; left; left &= left - 1) {
+        __m256i ev = _mm256_set1_epi16((short)e[__builtin_ctz(left)]);
+        cost0 = _mm256_add_epi16(cost0, DQ_Z_COST(tv0, ev));
+        cost1 = _mm256_add_epi16(cost1, DQ_Z_COST(tv1, ev));
+        cost2 = _mm256_add_epi16(cost2, DQ_Z_COST(tv2, ev));
     }
+#undef DQ_Z_COST
     __m256i fits = _mm256_set1_epi16((short)(vb / 4));
-    int lo = __builtin_popcount(_mm256_cmple_epi16_mask(cost[0], fits)) +
-             __builtin_popcount(_mm256_cmple_epi16_mask(cost[1], fits)) +
-             __builtin_popcount(_mm256_cmple_epi16_mask(cost[2], fits) & 0x3fff);
+    int lo = __builtin_popcount(_mm256_cmple_epi16_mask(cost0, fits)) +
+             __builtin_popcount(_mm256_cmple_epi16_mask(cost1, fits)) +
+             __builtin_popcount(_mm256_cmple_epi16_mask(cost2, fits) & 0x3fff);
     /* widths at lo and lo + 1 */
     __m256i one = _mm256_set1_epi32(1);
     __m256i top = _mm256_set1_epi32(DQ_WMAX), zero = _mm256_setzero_si256();
@@ -858,12 +859,18 @@ DQ_ZV static void dq_z_encode_sg(const dq_enc_t *c, const float *x, size_t m, co
     __m256i E = _mm256_set1_epi32(DQ_EZERO), one = _mm256_set1_epi32(1);
     __mmask8 nz = _mm256_mask_cmp_ps_mask(lanes, gm, _mm256_setzero_ps(), _CMP_NEQ_OQ);
     if (!(c->flags & CODEC_DQ_FLAT_SCALE)) {
-        __m256i eg[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-        for (int j = 1; j <= DQ_EMAX; j++)
-            eg[j & 1] = _mm256_mask_add_epi32(
-                eg[j & 1], _mm256_cmp_ps_mask(_mm256_set1_ps(step[j]), gm, _CMP_GE_OQ), eg[j & 1],
-                one);
-        E = _mm256_mask_mov_epi32(E, nz, _mm256_add_epi32(eg[0], eg[1]));
+        /* two counts in registers, so the compares do not wait on one another */
+        __m256i ea = _mm256_setzero_si256(), eb = _mm256_setzero_si256();
+        for (int j = 1; j + 1 <= DQ_EMAX; j += 2) {
+            ea = _mm256_mask_add_epi32(
+                ea, _mm256_cmp_ps_mask(_mm256_set1_ps(step[j]), gm, _CMP_GE_OQ), ea, one);
+            eb = _mm256_mask_add_epi32(
+                eb, _mm256_cmp_ps_mask(_mm256_set1_ps(step[j + 1]), gm, _CMP_GE_OQ), eb, one);
+        }
+        if (DQ_EMAX % 2)
+            ea = _mm256_mask_add_epi32(
+                ea, _mm256_cmp_ps_mask(_mm256_set1_ps(step[DQ_EMAX]), gm, _CMP_GE_OQ), ea, one);
+        E = _mm256_mask_mov_epi32(E, nz, _mm256_add_epi32(ea, eb));
     } else {
         E = _mm256_mask_mov_epi32(E, nz, _mm256_setzero_si256());
     }
