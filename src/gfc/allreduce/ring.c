@@ -38,6 +38,7 @@ typedef struct ring_state {
     gfc_dtype_t dtype;
     gfc_redop_t op;
     int shift, nchunks, done_chunks;
+    int first_next;       /* codec: the next chunk whose first send is still to be encoded */
     bool rs_only;
     void *out;            /* rs_only: where the owned block goes at the end (may be NULL) */
     const gfc_codec_t *codec;
@@ -302,14 +303,20 @@ static tdl_status_t codec_on_done(gfc_request_t *req, const gfc_xfer_t *x)
 
 /* ---- driver -------------------------------------------------------------------------------- */
 
+static tdl_status_t codec_first_send(gfc_request_t *req, int c);
+
 static tdl_status_t ring_progress(gfc_request_t *req)
 {
     ring_state_t *s = req->state;
     bool idle;
-    tdl_status_t st = gfc_xfers_poll(req, s->codec ? codec_on_done : raw_on_done, &idle);
+    tdl_status_t st = TDL_OK;
+    if (s->codec && s->first_next < s->nchunks)
+        st = codec_first_send(req, s->first_next++);
+    if (st == TDL_OK)
+        st = gfc_xfers_poll(req, s->codec ? codec_on_done : raw_on_done, &idle);
     if (st != TDL_OK)
         return st;
-    if (idle && s->done_chunks == s->nchunks) {
+    if (idle && s->done_chunks == s->nchunks && s->first_next == s->nchunks) {
         if (s->out) {
             int n = req->group.size, owned = gfc_mod(req->group.me + s->shift, n);
             memcpy(s->out, s->buf + gfc_block_offset(s->count, n, owned) * s->esize,
@@ -320,27 +327,41 @@ static tdl_status_t ring_progress(gfc_request_t *req)
     return TDL_OK;
 }
 
+/* Encodes chunk c's own values, sends them and posts the chunk's first receive. */
+static tdl_status_t codec_first_send(gfc_request_t *req, int c)
+{
+    ring_state_t *s = req->state;
+    ring_chunk_t *ch = &s->chunks[c];
+    size_t first, len;
+    chunk_range(req, send_block(req, 0), c, &first, &len);
+    gfc_codec_hop_t hop = ring_hop(req, c, 1, first);
+    tdl_status_t st = s->codec->ops->encode(s->codec->ctx, &hop,
+                                            (const float *)(s->src + first * 4), len, ch->enc[0],
+                                            &ch->enc_len[0]);
+    if (st != TDL_OK)
+        return codec_fail(st, s->codec, "encode");
+    if ((st = enc_send(req, c, 0, 0)) == TDL_OK)
+        st = codec_recv(req, c);
+    return st;
+}
+
+/* Without a codec every chunk's first send leaves at once. With one, the first chunk is encoded
+ * here and each later one in a progress call of its own, between which UCX moves what is
+ * already encoded: encoding every chunk before the first progress call left the link idle for
+ * that long (10 ms of 140 for 64 MiB in dynamiq on 4 ranks at 1 Gbit/s). */
 static tdl_status_t ring_first_sends(gfc_request_t *req)
 {
     ring_state_t *s = req->state;
     tdl_status_t st = TDL_OK;
+    if (s->codec) {
+        s->first_next = 1;
+        return codec_first_send(req, 0);
+    }
+    s->first_next = s->nchunks;
     for (int c = 0; c < s->nchunks && st == TDL_OK; c++) {
-        ring_chunk_t *ch = &s->chunks[c];
-        if (!s->codec) {
-            st = raw_send(req, c, 0);
-            if (st == TDL_OK)
-                st = raw_recv(req, c);
-            continue;
-        }
-        size_t first, len;
-        chunk_range(req, send_block(req, 0), c, &first, &len);
-        gfc_codec_hop_t hop = ring_hop(req, c, 1, first);
-        st = s->codec->ops->encode(s->codec->ctx, &hop, (const float *)(s->src + first * 4), len,
-                                   ch->enc[0], &ch->enc_len[0]);
-        if (st != TDL_OK)
-            return codec_fail(st, s->codec, "encode");
-        if ((st = enc_send(req, c, 0, 0)) == TDL_OK)
-            st = codec_recv(req, c);
+        st = raw_send(req, c, 0);
+        if (st == TDL_OK)
+            st = raw_recv(req, c);
     }
     return st;
 }
