@@ -43,6 +43,7 @@ typedef struct gfc_runtime_config {
     gfc_allreduce_algo_t allreduce_algo; /* AUTO: chosen by size */
     size_t small_msg_bytes;      /* AUTO uses recursive doubling at or below this */
     size_t ring_chunk_bytes;     /* pipelining unit of the ring */
+    size_t ring_codec_chunk_bytes; /* the same with a codec, in bytes of f32 values */
 } gfc_runtime_config_t;
 
 /* The gfc parameters (gfc-timeout-ms, gfc-allreduce, ...) for the registry. */

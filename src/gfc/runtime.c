@@ -22,6 +22,10 @@ const tdl_param_def_t gfc_params[] = {
      "auto all-reduce uses recursive doubling up to this many bytes", NULL, 0, 1 << 30},
     {"gfc-ring-chunk", TDL_PARAM_INT, "256k", "pipelining unit of the ring all-reduce, bytes",
      NULL, 1024, 1 << 30},
+    {"gfc-ring-codec-chunk", TDL_PARAM_INT, "256k",
+     "pipelining unit of the ring all-reduce with a gradient codec, bytes of f32 values (each "
+     "chunk is encoded on its own: dynamiq spreads its bits within a chunk)",
+     NULL, 1024, 1 << 30},
 };
 const size_t gfc_nparams = TDL_ARRAY_SIZE(gfc_params);
 
@@ -34,6 +38,7 @@ void gfc_runtime_config_default(gfc_runtime_config_t *config_out)
     c.allreduce_algo = GFC_ALLREDUCE_AUTO;
     c.small_msg_bytes = 16 << 10;
     c.ring_chunk_bytes = 256 << 10;
+    c.ring_codec_chunk_bytes = 256 << 10;
     *config_out = c;
 }
 
@@ -49,6 +54,7 @@ tdl_status_t gfc_runtime_config_from_params(const tdl_params_t *params,
         return st;
     c.small_msg_bytes = (size_t)tdl_param_int(params, "gfc-small-msg");
     c.ring_chunk_bytes = (size_t)tdl_param_int(params, "gfc-ring-chunk");
+    c.ring_codec_chunk_bytes = (size_t)tdl_param_int(params, "gfc-ring-codec-chunk");
     *config_out = c;
     return TDL_OK;
 }

@@ -47,6 +47,12 @@ tdl_status_t harness_init(harness_t *h, int *argc, char ***argv, int64_t timeout
         h->config.timeout_ms = strtoll(env, NULL, 10);
     if (timeout_ms > 0)
         h->config.timeout_ms = timeout_ms;
+    env = getenv("TIDAL_GFC_RING_CHUNK"); /* the ring's pipelining units, in bytes */
+    if (env && *env)
+        h->config.ring_chunk_bytes = (size_t)strtoull(env, NULL, 10);
+    env = getenv("TIDAL_GFC_RING_CODEC_CHUNK");
+    if (env && *env)
+        h->config.ring_codec_chunk_bytes = (size_t)strtoull(env, NULL, 10);
     st = gfc_runtime_create(&h->config, &h->rt);
     int64_t bad = st != TDL_OK;
     if (bad)

@@ -335,9 +335,9 @@ static void test_config(void)
     memset(&c, 0, sizeof(c));
     gfc_runtime_config_default(&c);
     ok(c.timeout_ms > 0 && c.allreduce_algo == GFC_ALLREDUCE_AUTO && c.small_msg_bytes > 0 &&
-           c.ring_chunk_bytes > 0,
-       "default config: timeout %" PRId64 " ms, auto, small %zu, chunk %zu", c.timeout_ms,
-       c.small_msg_bytes, c.ring_chunk_bytes);
+           c.ring_chunk_bytes > 0 && c.ring_codec_chunk_bytes > 0,
+       "default config: timeout %" PRId64 " ms, auto, small %zu, chunk %zu, codec chunk %zu",
+       c.timeout_ms, c.small_msg_bytes, c.ring_chunk_bytes, c.ring_codec_chunk_bytes);
 
     tdl_params_t *p = NULL;
     tdl_status_t st = tdl_params_create(&p);
@@ -347,12 +347,16 @@ static void test_config(void)
         st = tdl_params_set(p, "gfc-timeout-ms", "1234", TDL_PARAM_SRC_CMDLINE, "test");
     if (st == TDL_OK)
         st = tdl_params_set(p, "gfc-allreduce", "butterfly", TDL_PARAM_SRC_CMDLINE, "test");
+    if (st == TDL_OK)
+        st = tdl_params_set(p, "gfc-ring-codec-chunk", "2m", TDL_PARAM_SRC_CMDLINE, "test");
     gfc_runtime_config_t q;
     memset(&q, 0, sizeof(q));
     if (st == TDL_OK)
         st = gfc_runtime_config_from_params(p, &q);
-    ok(st == TDL_OK && q.timeout_ms == 1234 && q.allreduce_algo == GFC_ALLREDUCE_BUTTERFLY,
-       "config from parameters: gfc-timeout-ms 1234, gfc-allreduce butterfly");
+    ok(st == TDL_OK && q.timeout_ms == 1234 && q.allreduce_algo == GFC_ALLREDUCE_BUTTERFLY &&
+           q.ring_codec_chunk_bytes == 2u << 20 && q.ring_chunk_bytes == 256u << 10,
+       "config from parameters: gfc-timeout-ms 1234, gfc-allreduce butterfly, "
+       "gfc-ring-codec-chunk 2m (gfc-ring-chunk its default)");
     if (st != TDL_OK)
         diag("%s", tdl_error_get());
     tdl_params_destroy(p);

@@ -388,7 +388,10 @@ tdl_status_t gfc_ring_start(gfc_group_t *g, const char *name, const void *src, v
     s->out = out;
     s->codec = codec;
     size_t max_block = gfc_block_count(count, n, 0);
-    size_t chunk = TDL_MAX(g->rt->config.ring_chunk_bytes / s->esize, (size_t)1);
+    /* With a codec each chunk is one encoding, and dynamiq's budget split among super-groups
+     * works within it: larger chunks spend the bits better but pipeline less (doc/gfc.md). */
+    size_t unit = codec ? g->rt->config.ring_codec_chunk_bytes : g->rt->config.ring_chunk_bytes;
+    size_t chunk = TDL_MAX(unit / s->esize, (size_t)1);
     chunk = TDL_MAX(chunk, (max_block + GFC_MAX_CHUNKS - 1) / GFC_MAX_CHUNKS);
     s->chunk_elems = TDL_MAX(TDL_MIN(chunk, max_block), (size_t)1);
     s->nchunks = (int)((max_block + s->chunk_elems - 1) / s->chunk_elems);
