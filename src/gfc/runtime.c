@@ -128,7 +128,7 @@ tdl_status_t gfc_runtime_create(const gfc_runtime_config_t *config, gfc_runtime_
     /* UCX's second protocol set (its default from 1.16; opt-in in Debian 12's 1.13): over TCP
      * the first set's rendezvous moves a ring's pipelined chunks of one round together, so no
      * chunk arrives before the whole round has crossed the link and the rounds do not overlap
-     * (bench/run allreduce-link: 4 ranks at 1 Gbit/s, 64 MiB in dynamiq, 0.20 s -> 0.14 s; the
+     * (bench/run allreduce-link: 4 ranks at 1 Gbit/s, 64 MiB in dynamiq, 0.19 s -> 0.15 s; the
      * wire alone takes 0.126 s). A UCX without the setting ignores it; UCX_PROTO_ENABLE wins. */
     if (!getenv("UCX_PROTO_ENABLE"))
         (void)ucp_config_modify(ucfg, "PROTO_ENABLE", "y");
