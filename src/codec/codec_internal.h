@@ -118,6 +118,18 @@ tdl_status_t codec_check_args(const char *name, const void *in, const void *out,
 tdl_status_t codec_check_size(const char *name, size_t in_bytes, size_t want, size_t n);
 tdl_status_t codec_check_where(const char *name, const void *cfg, const codec_where_t *w);
 
+/* The encode and decode loops of the 16-bit formats, vectorized by the compiler (an AVX2 clone
+ * where the CPU has it): their per-value functions are written without data-dependent branches,
+ * and every lane computes what the scalar expression would, so both clones give the same bytes.
+ * Not the loops that add: a vectorized add may take its operands in the other order, and which
+ * NaN's payload and sign a sum of two NaNs keeps depends on that order. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define CODEC_HALF_LOOP                                                                            \
+    __attribute__((target_clones("avx2", "default"), optimize("O3", "fp-contract=off")))
+#else
+#define CODEC_HALF_LOOP
+#endif
+
 /* The driver of a 16-bit element format: encode, decode, decode-accumulate and the fused pass,
  * one loop each, around P##_encode_one(x, stochastic, random bits) and P##_decode_one(p),
  * which the including file defines. Defines codec_##P##_ops. */
@@ -132,6 +144,7 @@ tdl_status_t codec_check_where(const char *name, const void *cfg, const codec_wh
         return P##_bytes(n);                                                                       \
     }                                                                                              \
                                                                                                    \
+    CODEC_HALF_LOOP                                                                                \
     static tdl_status_t P##_encode(const void *cfg, const codec_where_t *w, const float *in,       \
                                    size_t n, void *out, size_t *out_bytes)                         \
     {                                                                                              \
@@ -162,6 +175,7 @@ tdl_status_t codec_check_where(const char *name, const void *cfg, const codec_wh
         return codec_check_size(NAME, in_bytes, P##_bytes(n), n);                                  \
     }                                                                                              \
                                                                                                    \
+    CODEC_HALF_LOOP                                                                                \
     static tdl_status_t P##_decode(const void *cfg, const void *in, size_t in_bytes, float *out,   \
                                    size_t n)                                                       \
     {                                                                                              \
