@@ -121,6 +121,17 @@ uint64_t codec_where_stream(const codec_where_t *w)
     return codec_mix64(w->stream ^ codec_mix64(who));
 }
 
+bool codec_cpu_avx512(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+#else
+    return false;
+#endif
+}
+
 tdl_status_t codec_check_args(const char *name, const void *in, const void *out, size_t n)
 {
     if (n > 0 && (!in || !out))

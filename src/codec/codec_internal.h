@@ -27,6 +27,9 @@ extern const codec_ops_t codec_dynamiq_ops;
 int codec_dynamiq_isa(int isa);
 /* Which loops the MX codecs run: 0 portable, 1 AVX-512; as codec_dynamiq_isa. */
 int codec_mxfp_isa(int isa);
+/* Whether this CPU runs AVX-512 F, BW, DQ and VL, which every AVX-512 loop of the codecs needs
+ * (false where they are not compiled). */
+bool codec_cpu_avx512(void);
 
 static inline bool codec_cfg_stochastic(const void *cfg)
 {

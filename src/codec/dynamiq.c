@@ -385,12 +385,9 @@ DQ_AVX512 static DQ_INLINE __mmask16 dq_z_up(const dq_enc_t *c, uint32_t a, __m5
     if (!c->stochastic)
         return _mm512_cmp_ps_mask(p, _mm512_set1_ps(0.5f), _CMP_GT_OQ);
     /* (a + j) * golden + key = (a * golden + key) + j * golden, mod 2^32: one multiply fewer */
-    const __m512i jg = _mm512_setr_epi32(0, (int32_t)(1 * DQ_GOLDEN), (int32_t)(2 * DQ_GOLDEN),
-        (int32_t)(3 * DQ_GOLDEN), (int32_t)(4 * DQ_GOLDEN), (int32_t)(5 * DQ_GOLDEN),
-        (int32_t)(6 * DQ_GOLDEN), (int32_t)(7 * DQ_GOLDEN), (int32_t)(8 * DQ_GOLDEN),
-        (int32_t)(9 * DQ_GOLDEN), (int32_t)(10 * DQ_GOLDEN), (int32_t)(11 * DQ_GOLDEN),
-        (int32_t)(12 * DQ_GOLDEN), (int32_t)(13 * DQ_GOLDEN), (int32_t)(14 * DQ_GOLDEN),
-        (int32_t)(15 * DQ_GOLDEN));
+    const __m512i jg = _mm512_mullo_epi32( /* constants: folded at compile time */
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32((int32_t)DQ_GOLDEN));
     __m512i r = _mm512_add_epi32(_mm512_set1_epi32((int32_t)(a * DQ_GOLDEN + c->rand.key)), jg);
     r = _mm512_xor_si512(r, _mm512_srli_epi32(r, 16));
     r = _mm512_mullo_epi32(r, _mm512_set1_epi32((int32_t)0x85ebca6bu));
@@ -974,10 +971,9 @@ static pthread_once_t dq_isa_once = PTHREAD_ONCE_INIT;
 static int dq_isa_best(void)
 {
 #ifdef DQ_HAVE_AVX512
-    __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
-        !__builtin_cpu_supports("avx512dq") || !__builtin_cpu_supports("avx512vl"))
+    if (!codec_cpu_avx512())
         return 0;
+    __builtin_cpu_init();
     return __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("gfni") ? 2 : 1;
 #else
     return 0;

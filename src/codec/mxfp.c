@@ -404,6 +404,17 @@ MX_VINLINE void mx_block_encode32(const mx_format_t *f, __m512 v0, __m512 v1, co
     mx_pack32(f, c0, c1, out);
 }
 
+/* The 32 random words of block b from the stream r, drawn into words two blocks at a time (b
+ * counts up from 0); NULL, to round to nearest, without a stream. */
+MX_VINLINE const uint32_t *mx_block_words(const tdl_rng_t *r, size_t b, uint32_t *words)
+{
+    if (!r)
+        return NULL;
+    if (b % 2 == 0)
+        mx_philox64(r->seed, r->stream, (uint64_t)b * (MX_BLOCK / 4), words);
+    return words + (b % 2) * MX_BLOCK;
+}
+
 /* Blocks 0 .. nb - 1 of encode, all full; r the stream (NULL: nearest). */
 MX_VINLINE void mx_encode_avx512(const mx_format_t *f, const float *in, size_t nb,
                                  const tdl_rng_t *r, unsigned char *scales, unsigned char *elems)
@@ -411,11 +422,9 @@ MX_VINLINE void mx_encode_avx512(const mx_format_t *f, const float *in, size_t n
     size_t bytes = mx_elem_bytes(f, MX_BLOCK);
     uint32_t words[2 * MX_BLOCK];
     for (size_t b = 0; b < nb; b++) {
-        if (r && b % 2 == 0)
-            mx_philox64(r->seed, r->stream, (uint64_t)b * (MX_BLOCK / 4), words);
         const float *v = in + b * MX_BLOCK;
         mx_block_encode32(f, _mm512_loadu_ps(v), _mm512_loadu_ps(v + 16),
-                          r ? words + (b % 2) * MX_BLOCK : NULL, &scales[b], elems + b * bytes);
+                          mx_block_words(r, b, words), &scales[b], elems + b * bytes);
     }
 }
 
@@ -427,15 +436,13 @@ MX_VINLINE void mx_fuse_avx512(const mx_format_t *f, const unsigned char *scales
     size_t bytes = mx_elem_bytes(f, MX_BLOCK);
     uint32_t words[2 * MX_BLOCK];
     for (size_t b = 0; b < nb; b++) {
-        if (r && b % 2 == 0)
-            mx_philox64(r->seed, r->stream, (uint64_t)b * (MX_BLOCK / 4), words);
         __m512i c0, c1;
         mx_unpack32(f, elems + b * bytes, &c0, &c1);
         __m512 sc = _mm512_set1_ps(mx_scale_value(scales[b]));
         const float *l = local + b * MX_BLOCK;
         __m512 v0 = _mm512_add_ps(_mm512_loadu_ps(l), _mm512_mul_ps(mx_values16(f, c0), sc));
         __m512 v1 = _mm512_add_ps(_mm512_loadu_ps(l + 16), _mm512_mul_ps(mx_values16(f, c1), sc));
-        mx_block_encode32(f, v0, v1, r ? words + (b % 2) * MX_BLOCK : NULL, &oscales[b],
+        mx_block_encode32(f, v0, v1, mx_block_words(r, b, words), &oscales[b],
                           oelems + b * bytes);
     }
 }
@@ -500,9 +507,7 @@ static pthread_once_t mx_isa_once = PTHREAD_ONCE_INIT;
 static int mx_isa_best(void)
 {
 #ifdef MX_HAVE_AVX512
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+    return codec_cpu_avx512();
 #else
     return 0;
 #endif
