@@ -116,6 +116,15 @@ static inline float codec_pow2f(int k)
     return k >= -126 ? codec_bits_f32((uint32_t)(k + 127) << 23) : codec_bits_f32(0x00400000u);
 }
 
+/* a + b, except that when a is NaN the sum is a, quieted, whatever b is: which NaN a sum of two
+ * NaNs keeps is otherwise up to the order the compiler gives the add's operands. */
+static inline float codec_add_nan_first(float a, float b)
+{
+    uint32_t ua = codec_f32_bits(a), sum = codec_f32_bits(a + b);
+    uint32_t nan = 0u - (uint32_t)((ua & 0x7fffffffu) > 0x7f800000u); /* a mask, no branch */
+    return codec_bits_f32((sum & ~nan) | ((ua | 0x00400000u) & nan));
+}
+
 /* Errors shared by the formats; each names the codec. */
 tdl_status_t codec_check_args(const char *name, const void *in, const void *out, size_t n);
 tdl_status_t codec_check_size(const char *name, size_t in_bytes, size_t want, size_t n);
@@ -135,7 +144,11 @@ tdl_status_t codec_check_where(const char *name, const void *cfg, const codec_wh
 
 /* The driver of a 16-bit element format: encode, decode, decode-accumulate and the fused pass,
  * one loop each, around P##_encode_one(x, stochastic, random bits) and P##_decode_one(p),
- * which the including file defines. Defines codec_##P##_ops. */
+ * which the including file defines. Defines codec_##P##_ops. The random words come in tiles
+ * from tdl_rng_fill_u32 (word i of the stream for value i, as one draw per value would give);
+ * the fused pass decodes a tile, adds it to local in a loop of its own (not the vectorized clone:
+ * the NaN + NaN order above) and encodes it. */
+#define CODEC_HALF_TILE 1024
 #define CODEC_HALF_OPS(NAME, P)                                                                    \
     static size_t P##_bytes(size_t n)                                                              \
     {                                                                                              \
@@ -147,7 +160,50 @@ tdl_status_t codec_check_where(const char *name, const void *cfg, const codec_wh
         return P##_bytes(n);                                                                       \
     }                                                                                              \
                                                                                                    \
+    /* n values at o, stochastically with words[i] for value i when words is given */            \
     CODEC_HALF_LOOP                                                                                \
+    static void P##_encode_run(const float *in, size_t n, const uint32_t *words, unsigned char *o) \
+    {                                                                                              \
+        if (words) {                                                                               \
+            for (size_t i = 0; i < n; i++)                                                         \
+                codec_store_le16(o + 2 * i, P##_encode_one(in[i], true, words[i]));                \
+        } else {                                                                                   \
+            for (size_t i = 0; i < n; i++)                                                         \
+                codec_store_le16(o + 2 * i, P##_encode_one(in[i], false, 0));                      \
+        }                                                                                          \
+    }                                                                                              \
+                                                                                                   \
+    CODEC_HALF_LOOP                                                                                \
+    static void P##_decode_run(const unsigned char *p, size_t n, float *out)                       \
+    {                                                                                              \
+        for (size_t i = 0; i < n; i++)                                                             \
+            out[i] = P##_decode_one(p + 2 * i);                                                    \
+    }                                                                                              \
+                                                                                                   \
+    /* sum[i] = decode(p)[i] + local[i], a NaN of the decoded value winning over one of local */  \
+    CODEC_HALF_LOOP                                                                                \
+    static void P##_decode_add_run(const unsigned char *p, const float *local, size_t n,           \
+                                   float *sum)                                                     \
+    {                                                                                              \
+        for (size_t i = 0; i < n; i++)                                                             \
+            sum[i] = codec_add_nan_first(P##_decode_one(p + 2 * i), local[i]);                     \
+    }                                                                                              \
+                                                                                                   \
+    /* in[0 .. n) encoded at o, tile by tile; rng NULL: to nearest */                             \
+    static void P##_encode_tiles(const float *in, size_t n, tdl_rng_t *rng, unsigned char *o)      \
+    {                                                                                              \
+        if (!rng) {                                                                                \
+            P##_encode_run(in, n, NULL, o);                                                        \
+            return;                                                                                \
+        }                                                                                          \
+        uint32_t words[CODEC_HALF_TILE];                                                           \
+        for (size_t i = 0; i < n; i += CODEC_HALF_TILE) {                                          \
+            size_t m = TDL_MIN((size_t)CODEC_HALF_TILE, n - i);                                    \
+            tdl_rng_fill_u32(rng, words, m);                                                       \
+            P##_encode_run(in + i, m, words, o + 2 * i);                                           \
+        }                                                                                          \
+    }                                                                                              \
+                                                                                                   \
     static tdl_status_t P##_encode(const void *cfg, const codec_where_t *w, const float *in,       \
                                    size_t n, void *out, size_t *out_bytes)                         \
     {                                                                                              \
@@ -156,16 +212,11 @@ tdl_status_t codec_check_where(const char *name, const void *cfg, const codec_wh
             st = codec_check_where(NAME, cfg, w);                                                  \
         if (st)                                                                                    \
             return st;                                                                             \
-        unsigned char *o = out;                                                                    \
-        if (codec_cfg_stochastic(cfg)) {                                                           \
-            tdl_rng_t rng;                                                                         \
+        tdl_rng_t rng;                                                                             \
+        bool sr = codec_cfg_stochastic(cfg);                                                       \
+        if (sr)                                                                                    \
             tdl_rng_init(&rng, w->seed, codec_where_stream(w));                                    \
-            for (size_t i = 0; i < n; i++)                                                         \
-                codec_store_le16(o + 2 * i, P##_encode_one(in[i], true, tdl_rng_u32(&rng)));       \
-        } else {                                                                                   \
-            for (size_t i = 0; i < n; i++)                                                         \
-                codec_store_le16(o + 2 * i, P##_encode_one(in[i], false, 0));                      \
-        }                                                                                          \
+        P##_encode_tiles(in, n, sr ? &rng : NULL, out);                                            \
         *out_bytes = 2 * n;                                                                        \
         return TDL_OK;                                                                             \
     }                                                                                              \
@@ -178,16 +229,13 @@ tdl_status_t codec_check_where(const char *name, const void *cfg, const codec_wh
         return codec_check_size(NAME, in_bytes, P##_bytes(n), n);                                  \
     }                                                                                              \
                                                                                                    \
-    CODEC_HALF_LOOP                                                                                \
     static tdl_status_t P##_decode(const void *cfg, const void *in, size_t in_bytes, float *out,   \
                                    size_t n)                                                       \
     {                                                                                              \
         tdl_status_t st = P##_check(in, in_bytes, out, n);                                         \
         if (st)                                                                                    \
             return st;                                                                             \
-        const unsigned char *p = in;                                                               \
-        for (size_t i = 0; i < n; i++)                                                             \
-            out[i] = P##_decode_one(p + 2 * i);                                                    \
+        P##_decode_run(in, n, out);                                                                \
         return TDL_OK;                                                                             \
     }                                                                                              \
                                                                                                    \
@@ -197,9 +245,7 @@ tdl_status_t codec_check_where(const char *name, const void *cfg, const codec_wh
         tdl_status_t st = P##_check(in, in_bytes, acc, n);                                         \
         if (st)                                                                                    \
             return st;                                                                             \
-        const unsigned char *p = in;                                                               \
-        for (size_t i = 0; i < n; i++)                                                             \
-            acc[i] += P##_decode_one(p + 2 * i);                                                   \
+        P##_decode_add_run(in, acc, n, acc);                                                       \
         return TDL_OK;                                                                             \
     }                                                                                              \
                                                                                                    \
@@ -216,18 +262,15 @@ tdl_status_t codec_check_where(const char *name, const void *cfg, const codec_wh
             return st;                                                                             \
         const unsigned char *p = in;                                                               \
         unsigned char *o = out;                                                                    \
-        if (codec_cfg_stochastic(cfg)) {                                                           \
-            tdl_rng_t rng;                                                                         \
+        tdl_rng_t rng;                                                                             \
+        bool sr = codec_cfg_stochastic(cfg);                                                       \
+        if (sr)                                                                                    \
             tdl_rng_init(&rng, w->seed, codec_where_stream(w));                                    \
-            for (size_t i = 0; i < n; i++) {                                                       \
-                float x = local[i] + P##_decode_one(p + 2 * i);                                    \
-                codec_store_le16(o + 2 * i, P##_encode_one(x, true, tdl_rng_u32(&rng)));           \
-            }                                                                                      \
-        } else {                                                                                   \
-            for (size_t i = 0; i < n; i++) {                                                       \
-                float x = local[i] + P##_decode_one(p + 2 * i);                                    \
-                codec_store_le16(o + 2 * i, P##_encode_one(x, false, 0));                          \
-            }                                                                                      \
+        float sum[CODEC_HALF_TILE];                                                                \
+        for (size_t i = 0; i < n; i += CODEC_HALF_TILE) {                                          \
+            size_t m = TDL_MIN((size_t)CODEC_HALF_TILE, n - i);                                    \
+            P##_decode_add_run(p + 2 * i, local + i, m, sum);                                      \
+            P##_encode_tiles(sum, m, sr ? &rng : NULL, o + 2 * i);                                 \
         }                                                                                          \
         *out_bytes = 2 * n;                                                                        \
         return TDL_OK;                                                                             \

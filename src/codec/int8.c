@@ -3,6 +3,8 @@
  * group with a randomized Hadamard transform (random signs, then a Walsh-Hadamard transform
  * scaled by 1/16), which spreads outliers over the group so the scale fits the bulk of the values;
  * its sign seed is stored in the header, so decoding needs no context.
+ * A group holding NaN or Inf stores a NaN scale and zero codes, and decodes to NaN (as an MX block
+ * does); other groups are unaffected.
  * Layout: [u64 sign seed, int8_rht only] then per group [f32 scale][int8 x group size]. */
 #include "config.h"
 
@@ -20,10 +22,42 @@ static size_t int8_bytes(size_t n, bool rht)
     return (rht ? 8 : 0) + groups * 4 + n;
 }
 
-/* In-place Walsh-Hadamard transform of 256 values, scaled to be its own inverse. */
-static void int8_fwht(float *x)
+/* The loops below are written lane by lane, without library calls or data-dependent branches,
+ * so the compiler vectorizes them (CODEC_HALF_LOOP: an AVX2 clone where the CPU has it); every
+ * lane computes what the scalar expression would, so every clone writes the same bytes. A group
+ * holding NaN or Inf is stored as the one NaN scale and zero codes, so no NaN payload reaches the
+ * bytes; sums keep the decoded value's NaN, as the 16-bit formats' do. */
+
+/* In-place Walsh-Hadamard transform of 256 values, scaled to be its own inverse. Every butterfly
+ * is x[j], x[j + h] = a + b, a - b: the first three stages within each run of 8 values (vector
+ * shuffles where the compiler has them), the others between runs. */
+CODEC_HALF_LOOP static void int8_fwht(float *x)
 {
-    for (int h = 1; h < INT8_GROUP; h *= 2)
+#if defined(__GNUC__) && !defined(__clang__)
+    typedef float v8f __attribute__((vector_size(32)));
+    typedef int32_t v8i __attribute__((vector_size(32)));
+    const v8i swap1 = {1, 0, 3, 2, 5, 4, 7, 6}, swap2 = {2, 3, 0, 1, 6, 7, 4, 5};
+    const v8i swap4 = {4, 5, 6, 7, 0, 1, 2, 3};
+    const v8i low1 = {-1, 0, -1, 0, -1, 0, -1, 0}, low2 = {-1, -1, 0, 0, -1, -1, 0, 0};
+    const v8i low4 = {-1, -1, -1, -1, 0, 0, 0, 0};
+    for (int i = 0; i < INT8_GROUP; i += 8) {
+        v8f v;
+        memcpy(&v, x + i, sizeof(v));
+        /* lanes with the low partner take a + b (a = v, b = the partner), the others a - b with
+         * a = the partner */
+        v8f p = __builtin_shuffle(v, swap1);
+        v = (v8f)(((v8i)(v + p) & low1) | ((v8i)(p - v) & ~low1));
+        p = __builtin_shuffle(v, swap2);
+        v = (v8f)(((v8i)(v + p) & low2) | ((v8i)(p - v) & ~low2));
+        p = __builtin_shuffle(v, swap4);
+        v = (v8f)(((v8i)(v + p) & low4) | ((v8i)(p - v) & ~low4));
+        memcpy(x + i, &v, sizeof(v));
+    }
+    const int first = 8;
+#else
+    const int first = 1;
+#endif
+    for (int h = first; h < INT8_GROUP; h *= 2)
         for (int i = 0; i < INT8_GROUP; i += 2 * h)
             for (int j = i; j < i + h; j++) {
                 float a = x[j], b = x[j + h];
@@ -43,48 +77,95 @@ static void int8_signs(uint64_t seed, uint64_t g, uint32_t *bits)
         bits[i] = tdl_rng_u32(&rng);
 }
 
+CODEC_HALF_LOOP static void int8_flip(float *x, const uint32_t *bits)
+{
+    for (int k = 0; k < INT8_GROUP / 32; k++) {
+        uint32_t b = bits[k];
+        for (int i = 0; i < 32; i++)
+            x[32 * k + i] = codec_bits_f32(codec_f32_bits(x[32 * k + i]) ^ ((b >> i & 1u) << 31));
+    }
+}
+
 static void int8_rotate(float *x, uint64_t seed, uint64_t g, bool inverse)
 {
     uint32_t bits[INT8_GROUP / 32];
     int8_signs(seed, g, bits);
     if (inverse)
         int8_fwht(x);
-    for (int i = 0; i < INT8_GROUP; i++)
-        if (bits[i / 32] >> (i % 32) & 1u)
-            x[i] = -x[i];
+    int8_flip(x, bits);
     if (!inverse)
         int8_fwht(x);
+}
+
+/* The largest magnitude of v[m]; answers whether one of them is NaN or Inf instead (then *mx is
+ * meaningless). */
+CODEC_HALF_LOOP static bool int8_absmax(const float *v, size_t m, float *mx_out)
+{
+    float mx = 0;
+    uint32_t bad = 0;
+    for (size_t i = 0; i < m; i++) {
+        uint32_t u = codec_f32_bits(v[i]) & 0x7fffffffu;
+        float a = codec_bits_f32(u);
+        bad |= u >= 0x7f800000u;
+        mx = a > mx ? a : mx;
+    }
+    *mx_out = mx;
+    return bad != 0;
+}
+
+/* Codes of the finite v[m] times inv: rounded to nearest even, or up when the random word's top
+ * 24 bits (as a fraction) lie below q's fractional part; clamped to [-127, 127]. */
+CODEC_HALF_LOOP static void int8_quantize(const float *v, size_t m, float inv,
+                                          const uint32_t *words, unsigned char *o)
+{
+    for (size_t i = 0; i < m; i++) {
+        float q = v[i] * inv, r;
+        if (words) {
+            float lo = floorf(q);
+            float u = (float)(words[i] >> 8) * 0x1.0p-24f;
+            r = lo + (u < q - lo ? 1.0f : 0.0f);
+        } else {
+            r = nearbyintf(q);
+        }
+        r = r > -127.0f ? r : -127.0f;
+        r = r < 127.0f ? r : 127.0f;
+        o[i] = (unsigned char)(int8_t)r;
+    }
 }
 
 /* Encodes group values v[m] (already rotated when asked) at o: scale then codes. */
 static void int8_encode_group(const float *v, size_t m, unsigned char *o, bool stochastic,
                               tdl_rng_t *rng)
 {
-    float mx = 0;
-    for (size_t i = 0; i < m; i++)
-        mx = fmaxf(mx, fabsf(v[i]));
-    float scale = mx > 0 && isfinite(mx) ? mx / 127.0f : (isfinite(mx) ? 0.0f : NAN);
+    float mx;
+    if (int8_absmax(v, m, &mx)) { /* NaN or Inf: the group decodes to NaN */
+        codec_store_le32(o, codec_f32_bits(NAN));
+        memset(o + 4, 0, m);
+        if (stochastic)
+            tdl_rng_seek(rng, rng->pos + m);
+        return;
+    }
+    float scale = mx > 0 ? mx / 127.0f : 0.0f;
     codec_store_le32(o, codec_f32_bits(scale));
     float inv = scale > 0 ? 1.0f / scale : 0.0f;
-    for (size_t i = 0; i < m; i++) {
-        float q = v[i] * inv, r;
-        if (stochastic) {
-            float lo = floorf(q);
-            float u = (float)(tdl_rng_u32(rng) >> 8) * 0x1.0p-24f;
-            r = lo + (u < q - lo ? 1.0f : 0.0f);
-        } else {
-            r = nearbyintf(q);
-        }
-        r = fminf(fmaxf(r, -127.0f), 127.0f);
-        o[4 + i] = (unsigned char)(int8_t)r;
-    }
+    uint32_t words[INT8_GROUP];
+    if (stochastic)
+        tdl_rng_fill_u32(rng, words, m);
+    int8_quantize(v, m, inv, stochastic ? words : NULL, o + 4);
 }
 
-static void int8_decode_group(const unsigned char *p, size_t m, float *v)
+CODEC_HALF_LOOP static void int8_decode_group(const unsigned char *p, size_t m, float *v)
 {
     float scale = codec_bits_f32(codec_load_le32(p));
     for (size_t i = 0; i < m; i++)
         v[i] = (float)(int8_t)p[4 + i] * scale;
+}
+
+/* y[m] = dec[m] + x[m], a NaN of dec winning (codec_add_nan_first) */
+CODEC_HALF_LOOP static void int8_add(float *y, const float *dec, const float *x, size_t m)
+{
+    for (size_t i = 0; i < m; i++)
+        y[i] = codec_add_nan_first(dec[i], x[i]);
 }
 
 typedef enum { INT8_ENCODE, INT8_DECODE, INT8_DECODE_ADD, INT8_FUSED } int8_mode_t;
@@ -129,12 +210,10 @@ static tdl_status_t int8_run(const char *name, bool rht, const void *cfg, const 
                 continue;
             }
             if (mode == INT8_DECODE_ADD) {
-                for (size_t i = 0; i < m; i++)
-                    outf[first + i] += v[i];
+                int8_add(outf + first, v, outf + first, m);
                 continue;
             }
-            for (size_t i = 0; i < m; i++)
-                v[i] += local[first + i];
+            int8_add(v, v, local + first, m);
         }
         if (rotate)
             int8_rotate(v, out_seed, g, false);

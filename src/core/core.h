@@ -171,6 +171,8 @@ void tdl_rng_init(tdl_rng_t *rng, uint64_t seed, uint64_t stream);
 void tdl_rng_seek(tdl_rng_t *rng, uint64_t pos);
 uint32_t tdl_rng_u32(tdl_rng_t *rng);
 uint64_t tdl_rng_u64(tdl_rng_t *rng);
+/* The next n words, as n calls of tdl_rng_u32 would give them, 16 blocks at a time. */
+void tdl_rng_fill_u32(tdl_rng_t *rng, uint32_t *out, size_t n);
 float tdl_rng_uniform(tdl_rng_t *rng);      /* [0, 1), 24 random bits */
 double tdl_rng_uniform_f64(tdl_rng_t *rng); /* [0, 1), 53 random bits */
 float tdl_rng_normal(tdl_rng_t *rng);       /* standard normal, Box-Muller, 2 words */
