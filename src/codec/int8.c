@@ -115,21 +115,29 @@ CODEC_HALF_LOOP static bool int8_absmax(const float *v, size_t m, float *mx_out)
 
 /* Codes of the finite v[m] times inv: rounded to nearest even, or up when the random word's top
  * 24 bits (as a fraction) lie below q's fractional part; clamped to [-127, 127]. */
-CODEC_HALF_LOOP static void int8_quantize(const float *v, size_t m, float inv,
-                                          const uint32_t *words, unsigned char *o)
+CODEC_HALF_LOOP static void int8_quantize(const float *restrict v, size_t m, float inv,
+                                          const uint32_t *restrict words, unsigned char *restrict o)
 {
-    for (size_t i = 0; i < m; i++) {
-        float q = v[i] * inv, r;
-        if (words) {
-            float lo = floorf(q);
-            float u = (float)(words[i] >> 8) * 0x1.0p-24f;
-            r = lo + (u < q - lo ? 1.0f : 0.0f);
-        } else {
-            r = nearbyintf(q);
+    if (words) {
+        for (size_t i = 0; i < m; i++) {
+            /* lo = floorf(q) (|q| <= 127 here, so exact), written so GCC vectorizes it */
+            float q = v[i] * inv;
+            int32_t k = (int32_t)q;
+            k -= (float)k > q;
+            float lo = (float)k;
+            float u = (float)(int32_t)(words[i] >> 8) * 0x1.0p-24f; /* exact: 24 bits */
+            float r = lo + (float)(u < q - lo);
+            r = r > -127.0f ? r : -127.0f;
+            r = r < 127.0f ? r : 127.0f;
+            o[i] = (unsigned char)(int8_t)r;
         }
-        r = r > -127.0f ? r : -127.0f;
-        r = r < 127.0f ? r : 127.0f;
-        o[i] = (unsigned char)(int8_t)r;
+    } else {
+        for (size_t i = 0; i < m; i++) {
+            float r = nearbyintf(v[i] * inv);
+            r = r > -127.0f ? r : -127.0f;
+            r = r < 127.0f ? r : 127.0f;
+            o[i] = (unsigned char)(int8_t)r;
+        }
     }
 }
 

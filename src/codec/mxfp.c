@@ -202,53 +202,6 @@ typedef struct mx_vec {
     __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl"), optimize("fp-contract=off")))
 #define MX_VINLINE MX_AVX512 static inline __attribute__((always_inline))
 
-/* Words id0 * 4 .. id0 * 4 + 63 of the Philox stream (seed, stream), as tdl_rng_u32 draws them:
- * sixteen counters at once, one a lane, then transposed into word order. */
-MX_VINLINE void mx_philox64(uint64_t seed, uint64_t stream, uint64_t id0, uint32_t *out)
-{
-    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m512i m0 = _mm512_set1_epi32((int32_t)0xD2511F53u);
-    const __m512i m1 = _mm512_set1_epi32((int32_t)0xCD9E8D57u);
-    __m512i base = _mm512_set1_epi32((int32_t)(uint32_t)id0);
-    __m512i c0 = _mm512_add_epi32(base, lane);
-    __mmask16 wrap = _mm512_cmplt_epu32_mask(c0, base);
-    __m512i c1 = _mm512_set1_epi32((int32_t)(uint32_t)(id0 >> 32));
-    c1 = _mm512_mask_add_epi32(c1, wrap, c1, _mm512_set1_epi32(1));
-    __m512i c2 = _mm512_set1_epi32((int32_t)(uint32_t)stream);
-    __m512i c3 = _mm512_set1_epi32((int32_t)(uint32_t)(stream >> 32));
-    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-    for (int round = 0; round < 10; round++) {
-        /* 32 x 32 -> 64-bit products of the even lanes, then of the odd ones */
-        __m512i pe0 = _mm512_mul_epu32(c0, m0),
-                po0 = _mm512_mul_epu32(_mm512_srli_epi64(c0, 32), m0);
-        __m512i pe1 = _mm512_mul_epu32(c2, m1),
-                po1 = _mm512_mul_epu32(_mm512_srli_epi64(c2, 32), m1);
-        __m512i hi0 = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(pe0, 32), po0);
-        __m512i lo0 = _mm512_mask_blend_epi32(0xAAAA, pe0, _mm512_slli_epi64(po0, 32));
-        __m512i hi1 = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(pe1, 32), po1);
-        __m512i lo1 = _mm512_mask_blend_epi32(0xAAAA, pe1, _mm512_slli_epi64(po1, 32));
-        c0 = _mm512_xor_si512(_mm512_xor_si512(hi1, c1), _mm512_set1_epi32((int32_t)k0));
-        c1 = lo1;
-        c2 = _mm512_xor_si512(_mm512_xor_si512(hi0, c3), _mm512_set1_epi32((int32_t)k1));
-        c3 = lo0;
-        k0 += 0x9E3779B9u;
-        k1 += 0xBB67AE85u;
-    }
-    /* lane j of ck is word 4 j + k: 4 x 4 transposes of words, then of 128-bit lanes */
-    __m512i t0 = _mm512_unpacklo_epi32(c0, c1), t1 = _mm512_unpackhi_epi32(c0, c1);
-    __m512i t2 = _mm512_unpacklo_epi32(c2, c3), t3 = _mm512_unpackhi_epi32(c2, c3);
-    __m512i u0 = _mm512_unpacklo_epi64(t0, t2), u1 = _mm512_unpackhi_epi64(t0, t2);
-    __m512i u2 = _mm512_unpacklo_epi64(t1, t3), u3 = _mm512_unpackhi_epi64(t1, t3);
-    __m512i v0 = _mm512_shuffle_i32x4(u0, u1, _MM_SHUFFLE(1, 0, 1, 0));
-    __m512i v1 = _mm512_shuffle_i32x4(u2, u3, _MM_SHUFFLE(1, 0, 1, 0));
-    __m512i v2 = _mm512_shuffle_i32x4(u0, u1, _MM_SHUFFLE(3, 2, 3, 2));
-    __m512i v3 = _mm512_shuffle_i32x4(u2, u3, _MM_SHUFFLE(3, 2, 3, 2));
-    _mm512_storeu_si512(out, _mm512_shuffle_i32x4(v0, v1, _MM_SHUFFLE(2, 0, 2, 0)));
-    _mm512_storeu_si512(out + 16, _mm512_shuffle_i32x4(v0, v1, _MM_SHUFFLE(3, 1, 3, 1)));
-    _mm512_storeu_si512(out + 32, _mm512_shuffle_i32x4(v2, v3, _MM_SHUFFLE(2, 0, 2, 0)));
-    _mm512_storeu_si512(out + 48, _mm512_shuffle_i32x4(v2, v3, _MM_SHUFFLE(3, 1, 3, 1)));
-}
-
 /* codec_minifloat_round of 16 scaled values u (with their signs), r their random words. With
  * E the f32 exponent field and K that of the format's smallest normal: the format exponent is
  * max(E, K) - K, and s = 23 - mbits + max(E, K) - max(E, 1) bits of the significand m go. */
@@ -411,7 +364,7 @@ MX_VINLINE const uint32_t *mx_block_words(const tdl_rng_t *r, size_t b, uint32_t
     if (!r)
         return NULL;
     if (b % 2 == 0)
-        mx_philox64(r->seed, r->stream, (uint64_t)b * (MX_BLOCK / 4), words);
+        tdl_philox_words64(r->seed, r->stream, (uint64_t)b * (MX_BLOCK / 4), words);
     return words + (b % 2) * MX_BLOCK;
 }
 

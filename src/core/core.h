@@ -173,6 +173,9 @@ uint32_t tdl_rng_u32(tdl_rng_t *rng);
 uint64_t tdl_rng_u64(tdl_rng_t *rng);
 /* The next n words, as n calls of tdl_rng_u32 would give them, 16 blocks at a time. */
 void tdl_rng_fill_u32(tdl_rng_t *rng, uint32_t *out, size_t n);
+/* The 64 words of blocks id .. id + 15 of stream (seed, stream), words 4 id .. 4 id + 63 in draw
+ * order (AVX-512 lanes where the CPU has them). */
+void tdl_philox_words64(uint64_t seed, uint64_t stream, uint64_t id, uint32_t out[64]);
 float tdl_rng_uniform(tdl_rng_t *rng);      /* [0, 1), 24 random bits */
 double tdl_rng_uniform_f64(tdl_rng_t *rng); /* [0, 1), 53 random bits */
 float tdl_rng_normal(tdl_rng_t *rng);       /* standard normal, Box-Muller, 2 words */

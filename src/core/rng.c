@@ -4,6 +4,7 @@
 #include "config.h"
 
 #include <math.h>
+#include <pthread.h>
 
 #include "core/core.h"
 
@@ -64,21 +65,22 @@ uint32_t tdl_rng_u32(tdl_rng_t *rng)
     return rng->block[rng->pos++ & 3];
 }
 
-/* 16 Philox blocks, counters id .. id + 15, in the lanes of AVX-512 registers: the words of
- * tdl_philox4x32_10, block i's at out[4i .. 4i + 4). */
+/* 16 Philox blocks, counters id .. id + 15, in the lanes of AVX-512 registers, then transposed
+ * into word order. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #include <immintrin.h>
 #define RNG_HAVE_AVX512 1
 
 __attribute__((target("avx512f"))) static __m512i rng_mulhilo(__m512i c, __m512i m, __m512i *hi)
 {
+    /* 32 x 32 -> 64-bit products of the even lanes, then of the odd ones */
     __m512i even = _mm512_mul_epu32(c, m), odd = _mm512_mul_epu32(_mm512_srli_epi64(c, 32), m);
     *hi = _mm512_mask_blend_epi32(0xaaaa, _mm512_srli_epi64(even, 32), odd);
     return _mm512_mask_blend_epi32(0xaaaa, even, _mm512_slli_epi64(odd, 32));
 }
 
-__attribute__((target("avx512f"))) static void philox16(uint64_t id, uint64_t stream,
-                                                        uint64_t seed, uint32_t *out)
+__attribute__((target("avx512f"))) static void philox16_avx512(uint64_t seed, uint64_t stream,
+                                                               uint64_t id, uint32_t *out)
 {
     __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     __m512i base = _mm512_set1_epi32((int32_t)(uint32_t)id);
@@ -98,7 +100,7 @@ __attribute__((target("avx512f"))) static void philox16(uint64_t id, uint64_t st
         k0 += PHILOX_W0;
         k1 += PHILOX_W1;
     }
-    /* lanes i of c0..c3 to out[4i .. 4i + 4): u_k holds block 4q + k in its 128-bit lane q */
+    /* lane i of ck is word 4i + k: u_k holds block 4q + k in its 128-bit lane q */
     __m512i t0 = _mm512_unpacklo_epi32(c0, c1), t1 = _mm512_unpackhi_epi32(c0, c1);
     __m512i t2 = _mm512_unpacklo_epi32(c2, c3), t3 = _mm512_unpackhi_epi32(c2, c3);
     __m512i u0 = _mm512_unpacklo_epi64(t0, t2), u1 = _mm512_unpackhi_epi64(t0, t2);
@@ -112,17 +114,42 @@ __attribute__((target("avx512f"))) static void philox16(uint64_t id, uint64_t st
 }
 #endif
 
+static bool rng_avx512;
+static pthread_once_t rng_avx512_once = PTHREAD_ONCE_INIT;
+
+static void rng_avx512_init(void)
+{
+#ifdef RNG_HAVE_AVX512
+    __builtin_cpu_init();
+    rng_avx512 = __builtin_cpu_supports("avx512f");
+#endif
+}
+
+void tdl_philox_words64(uint64_t seed, uint64_t stream, uint64_t id, uint32_t out[64])
+{
+    pthread_once(&rng_avx512_once, rng_avx512_init);
+#ifdef RNG_HAVE_AVX512
+    if (rng_avx512) {
+        philox16_avx512(seed, stream, id, out);
+        return;
+    }
+#endif
+    const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+    for (uint64_t i = 0; i < 16; i++) {
+        uint64_t b = id + i;
+        const uint32_t ctr[4] = {(uint32_t)b, (uint32_t)(b >> 32), (uint32_t)stream,
+                                 (uint32_t)(stream >> 32)};
+        tdl_philox4x32_10(ctr, key, out + 4 * i);
+    }
+}
+
 void tdl_rng_fill_u32(tdl_rng_t *rng, uint32_t *out, size_t n)
 {
     size_t i = 0;
     while (i < n && (rng->pos & 3)) /* to a block's start */
         out[i++] = tdl_rng_u32(rng);
-#ifdef RNG_HAVE_AVX512
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f"))
-        for (; n - i >= 64; i += 64, rng->pos += 64)
-            philox16(rng->pos >> 2, rng->stream, rng->seed, out + i);
-#endif
+    for (; n - i >= 64; i += 64, rng->pos += 64)
+        tdl_philox_words64(rng->seed, rng->stream, rng->pos >> 2, out + i);
     while (i < n)
         out[i++] = tdl_rng_u32(rng);
 }
