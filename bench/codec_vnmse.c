@@ -6,9 +6,11 @@
  * (src/gfc/allreduce): on the ring, block b is encoded by one rank, then decoded, added to the
  * next rank's values and re-encoded (contributions 2, 3, ...) until the final encoding, which
  * every rank decodes; the butterfly halves: each member encodes the half it gives away and adds
- * the decoded half it gets, and the owner of a final block encodes it once. Every encoding gets
- * the codec_where_t the all-reduce would give it (rank, hop, contributions, group size, offset),
- * so correlated rounding behaves as in training.
+ * the decoded half it gets, and the owner of a final block encodes it once. The ring cuts each
+ * block into chunks of --chunk bytes as gfc does (default 256 KiB, gfc's; 0: whole blocks), the
+ * butterfly sends whole halves as gfc's does. Every encoding gets the codec_where_t the
+ * all-reduce would give it (rank, hop, contributions, group size, offset), so correlated rounding
+ * behaves as in training.
  *
  * Inputs: captured DiT gradients (--grads DIR of `tidal train --dump-grads` files, grouped by
  * step; the ranks' gradients of one step are the P inputs, reused cyclically when P exceeds
@@ -35,19 +37,21 @@ typedef struct sim {
     uint64_t seed, seq;
     size_t n;
     int p;
+    size_t chunk_bytes; /* the ring's chunk, each one encoding (0: one chunk a block) */
     unsigned char *enc, *enc2;
     size_t enc_cap;
     double sent_bits, sent_values;
 } sim_t;
 
-static codec_where_t where_of(const sim_t *s, int rank, int contributions, size_t offset)
+static codec_where_t where_of(const sim_t *s, int rank, int contributions, size_t offset,
+                              uint64_t chunk)
 {
     codec_where_t w = {.seed = s->seed,
                        .rank = rank,
                        .hop = contributions - 1,
                        .contributions = contributions,
                        .group_size = s->p,
-                       .stream = codec_stream_make(1, s->seq, offset),
+                       .stream = codec_stream_make(1, s->seq, chunk),
                        .collective = codec_stream_make(1, s->seq, 0),
                        .offset = offset};
     return w;
@@ -67,32 +71,38 @@ static size_t block_off(size_t n, int p, int b)
     return n / (size_t)p * (size_t)b + TDL_MIN((size_t)b, n % (size_t)p);
 }
 
-/* Ring: result = what every rank decodes. */
+/* Ring: result = what every rank decodes. Each block travels in chunks as gfc's ring cuts it
+ * (src/gfc/allreduce/ring.c: chunk_bytes / 4 values, at least a 64th of the largest block), each
+ * chunk its own encoding. */
 static void sim_ring(sim_t *s, float *const *x, float *result)
 {
+    size_t max_block = block_off(s->n, s->p, 1);
+    size_t chunk = s->chunk_bytes ? TDL_MAX(s->chunk_bytes / 4, (size_t)1) : max_block;
+    chunk = TDL_MAX(TDL_MIN(TDL_MAX(chunk, (max_block + 63) / 64), max_block), (size_t)1);
     for (int b = 0; b < s->p; b++) {
-        size_t lo = block_off(s->n, s->p, b), len = block_off(s->n, s->p, b + 1) - lo;
-        if (len == 0)
-            continue;
-        int r0 = (b + 1) % s->p;
-        codec_where_t w = where_of(s, r0, 1, lo);
-        size_t bytes;
-        check(s->ops->encode(s->cfg, &w, x[r0] + lo, len, s->enc, &bytes), "encode");
-        s->sent_bits += 8.0 * (double)bytes, s->sent_values += (double)len;
-        for (int k = 1; k < s->p; k++) {
-            int r = (b + 1 + k) % s->p;
-            size_t out;
-            w = where_of(s, r, k + 1, lo);
-            check(s->ops->decode_accumulate_encode(s->cfg, &w, s->enc, bytes, x[r] + lo, len,
-                                                   s->enc2, &out),
-                  "decode-accumulate-encode");
-            unsigned char *t = s->enc;
-            s->enc = s->enc2, s->enc2 = t, bytes = out;
-            /* the final encoding goes to the p - 1 others in the all-gather */
-            int times = k == s->p - 1 ? s->p - 1 : 1;
-            s->sent_bits += 8.0 * (double)bytes * times, s->sent_values += (double)len * times;
+        size_t blo = block_off(s->n, s->p, b), blen = block_off(s->n, s->p, b + 1) - blo;
+        for (size_t first = 0, c = 0; first < blen; first += chunk, c++) {
+            size_t lo = blo + first, len = TDL_MIN(chunk, blen - first);
+            int r0 = (b + 1) % s->p;
+            codec_where_t w = where_of(s, r0, 1, lo, c);
+            size_t bytes;
+            check(s->ops->encode(s->cfg, &w, x[r0] + lo, len, s->enc, &bytes), "encode");
+            s->sent_bits += 8.0 * (double)bytes, s->sent_values += (double)len;
+            for (int k = 1; k < s->p; k++) {
+                int r = (b + 1 + k) % s->p;
+                size_t out;
+                w = where_of(s, r, k + 1, lo, c);
+                check(s->ops->decode_accumulate_encode(s->cfg, &w, s->enc, bytes, x[r] + lo, len,
+                                                       s->enc2, &out),
+                      "decode-accumulate-encode");
+                unsigned char *t = s->enc;
+                s->enc = s->enc2, s->enc2 = t, bytes = out;
+                /* the final encoding goes to the p - 1 others in the all-gather */
+                int times = k == s->p - 1 ? s->p - 1 : 1;
+                s->sent_bits += 8.0 * (double)bytes * times, s->sent_values += (double)len * times;
+            }
+            check(s->ops->decode(s->cfg, s->enc, bytes, result + lo, len), "decode");
         }
-        check(s->ops->decode(s->cfg, s->enc, bytes, result + lo, len), "decode");
     }
 }
 
@@ -116,7 +126,7 @@ static void sim_butterfly(sim_t *s, float *const *x, float **buf, float *result)
             int half = (hi[v] - lo[v]) / 2;
             int send_lo = (v & mask) ? lo[v] : lo[v] + half;
             size_t a = block_off(s->n, p, send_lo), b = block_off(s->n, p, send_lo + half);
-            codec_where_t w = where_of(s, v, contributions, a);
+            codec_where_t w = where_of(s, v, contributions, a, a);
             check(s->ops->encode(s->cfg, &w, buf[v] + a, b - a, msgs + (size_t)v * s->enc_cap,
                                  &len[v]),
                   "encode");
@@ -136,7 +146,7 @@ static void sim_butterfly(sim_t *s, float *const *x, float **buf, float *result)
     }
     for (int v = 0; v < p; v++) {
         size_t a = block_off(s->n, p, v), b = block_off(s->n, p, v + 1), bytes;
-        codec_where_t w = where_of(s, v, p, a);
+        codec_where_t w = where_of(s, v, p, a, a);
         check(s->ops->encode(s->cfg, &w, buf[v] + a, b - a, s->enc, &bytes), "encode");
         s->sent_bits += 8.0 * (double)bytes * (p - 1), s->sent_values += (double)(b - a) * (p - 1);
         check(s->ops->decode(s->cfg, s->enc, bytes, result + a, b - a), "decode");
@@ -270,7 +280,7 @@ typedef struct variant {
 } variant_t;
 
 static void run_one(FILE *csv, const inputs_t *in, const variant_t *v, int p, int butterfly,
-                    int seeds)
+                    int seeds, size_t chunk_bytes)
 {
     const codec_ops_t *ops = codec_find(v->format);
     if (!ops)
@@ -285,7 +295,7 @@ static void run_one(FILE *csv, const inputs_t *in, const variant_t *v, int p, in
             exact[i] += x[r][i];
     for (size_t i = 0; i < n; i++)
         norm += exact[i] * exact[i];
-    sim_t s = {.ops = ops, .cfg = &v->cfg, .n = n, .p = p};
+    sim_t s = {.ops = ops, .cfg = &v->cfg, .n = n, .p = p, .chunk_bytes = chunk_bytes};
     s.enc_cap = ops->max_encoded_bytes(&v->cfg, n) + 64;
     s.enc = malloc(s.enc_cap), s.enc2 = malloc(s.enc_cap);
     float *result = malloc(n * sizeof(float));
@@ -321,9 +331,21 @@ int main(int argc, char **argv)
 {
     const char *csv_path = NULL, *grads = NULL, *only = NULL;
     bool quick = false, ablation = true;
+    size_t chunk_bytes = 256 * 1024; /* gfc's ring codec chunk (gfc-ring-codec-chunk) */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--csv") && i + 1 < argc)
             csv_path = argv[++i];
+        else if (!strcmp(argv[i], "--chunk") && i + 1 < argc) {
+            char *end;
+            unsigned long long v = strtoull(argv[++i], &end, 10);
+            if (*end || argv[i][0] == '-') {
+                fprintf(stderr, "codec_vnmse: --chunk '%s' is not a byte count (0: one chunk a "
+                                "block)\n",
+                        argv[i]);
+                return 2;
+            }
+            chunk_bytes = (size_t)v;
+        }
         else if (!strcmp(argv[i], "--grads") && i + 1 < argc)
             grads = argv[++i];
         else if (!strcmp(argv[i], "--format") && i + 1 < argc)
@@ -335,7 +357,7 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr,
                     "codec_vnmse: unknown argument '%s' (--csv FILE, --grads DIR, --format NAME, "
-                    "--quick, --no-ablation)\n",
+                    "--chunk BYTES, --quick, --no-ablation)\n",
                     argv[i]);
             return 2;
         }
@@ -380,10 +402,10 @@ int main(int argc, char **argv)
                     continue;
                 for (size_t f = 0; f < TDL_ARRAY_SIZE(base); f++)
                     if (!only || !strcmp(only, base[f].format))
-                        run_one(csv, &sets[d], &base[f], p, bfly, seeds);
+                        run_one(csv, &sets[d], &base[f], p, bfly, seeds, chunk_bytes);
                 if (ablation && p == 8 && !bfly)
                     for (size_t f = 0; f < TDL_ARRAY_SIZE(ablations); f++)
-                        run_one(csv, &sets[d], &ablations[f], p, bfly, seeds);
+                        run_one(csv, &sets[d], &ablations[f], p, bfly, seeds, chunk_bytes);
                 fprintf(stderr, "codec_vnmse: %s, %d ranks, %s done\n", sets[d].name, p,
                         bfly ? "butterfly" : "ring");
             }
