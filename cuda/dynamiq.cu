@@ -399,8 +399,10 @@ __global__ static void dq_encode_kernel(dq_kparams P, const float *in, const dq_
     if (bad || g >= ng || e[g] == DQ_EZERO)
         return;
     int wg = w[g], top = (1 << wg) - 1;
-    float s = __fmul_rn(S, dq_half_pow(e[g])), inv = __fdiv_rn(1.0f, s);
-    float v = __fmul_rn(t < m ? x : 0.0f, inv);
+    float s = __fmul_rn(S, dq_half_pow(e[g]));
+    float pre = s < DQ_TINY_SCALE ? DQ_TINY_PRE : 1.0f; /* exact; 1 for all but tiny scales */
+    float inv = __fdiv_rn(1.0f, __fmul_rn(s, pre));
+    float v = __fmul_rn(__fmul_rn(t < m ? x : 0.0f, pre), inv);
     v = v < -1.0f ? -1.0f : v > 1.0f ? 1.0f : v;
     int kk;
     float p;

@@ -256,6 +256,21 @@ static inline float dq_store_scale(float smax, unsigned char *o)
     return codec_bits_f32(u << 16);
 }
 
+/* The values of a group of scale s to quantize and the factor that brings them to [-1, 1]:
+ * x and 1 / s, or for a tiny s (DQ_TINY_SCALE) x and s both times DQ_TINY_PRE, in tmp. */
+static inline const float *dq_group_values(const float *x, int cnt, float s, float *tmp,
+                                           float *inv)
+{
+    if (s >= DQ_TINY_SCALE) {
+        *inv = 1.0f / s;
+        return x;
+    }
+    for (int i = 0; i < cnt; i++)
+        tmp[i] = x[i] * DQ_TINY_PRE;
+    *inv = 1.0f / (s * DQ_TINY_PRE);
+    return tmp;
+}
+
 /* Level indices of cnt <= 32 values x scaled by inv, at width w, as w bit planes. */
 DQ_CLONES static void dq_quantize_group(const dq_enc_t *c, const float *x, int cnt, float inv,
                                         int w, uint64_t a, uint32_t *planes)
@@ -759,23 +774,24 @@ DQ_ZV static void dq_z_quantize_sg(const dq_enc_t *c, const float *x, size_t m, 
         if (e[g] == DQ_EZERO)
             continue;
         int first = g * DQ_GROUP, cnt = (int)TDL_MIN((size_t)DQ_GROUP, m - (size_t)first);
-        float inv = 1.0f / step[e[g]];
+        float inv, tmp[DQ_GROUP];
+        const float *xg = dq_group_values(x + first, cnt, step[e[g]], tmp, &inv);
         uint32_t a = (uint32_t)(a0 + (uint64_t)first);
         switch (w[g]) {
         case 1: case 2: case 3: case 4: case 5:
-            dq_z_quantize(c, x + first, cnt, inv, w[g], 5, a, val);
+            dq_z_quantize(c, xg, cnt, inv, w[g], 5, a, val);
             break;
         case 6:
-            dq_z_quantize(c, x + first, cnt, inv, 6, 6, a, val);
+            dq_z_quantize(c, xg, cnt, inv, 6, 6, a, val);
             break;
         case 7:
-            dq_z_quantize(c, x + first, cnt, inv, 7, 7, a, val);
+            dq_z_quantize(c, xg, cnt, inv, 7, 7, a, val);
             break;
         case 8:
-            dq_z_quantize(c, x + first, cnt, inv, 8, 8, a, val);
+            dq_z_quantize(c, xg, cnt, inv, 8, 8, a, val);
             break;
         default:
-            dq_z_quantize(c, x + first, cnt, inv, w[g], 0, a, val);
+            dq_z_quantize(c, xg, cnt, inv, w[g], 0, a, val);
         }
         val += 4 * w[g];
     }
@@ -1077,7 +1093,9 @@ static void dq_encode_sg(const dq_enc_t *c, const float *x, size_t m, const floa
         float s = S * dq_half_pow(e[g]);
         uint32_t planes[DQ_WMAX];
         size_t first = (size_t)g * DQ_GROUP, cnt = TDL_MIN((size_t)DQ_GROUP, m - first);
-        dq_quantize(c, x + first, (int)cnt, 1.0f / s, wg, a0 + first, planes);
+        float inv, tmp[DQ_GROUP];
+        const float *xg = dq_group_values(x + first, (int)cnt, s, tmp, &inv);
+        dq_quantize(c, xg, (int)cnt, inv, wg, a0 + first, planes);
         for (int j = 0; j < wg; j++)
             codec_store_le32(val + 4 * j, planes[j]);
         val += 4 * wg;

@@ -22,6 +22,10 @@
 #define DQ_MIN_BITS256 352  /* 1.375 bits per value: every group at 1 bit fits */
 #define DQ_MAX_BITS256 4184 /* 16.34375: every group at 16 bits fits */
 #define DQ_GOLDEN 0x9E3779B9u
+/* A group scale s below DQ_TINY_SCALE (its values far below FLT_MIN) is quantized as s and its
+ * values times DQ_TINY_PRE, exactly, since 1 / s would overflow or lose bits: the same quotients */
+#define DQ_TINY_SCALE 0x1p-100f
+#define DQ_TINY_PRE 0x1p64f
 
 /* The width of a group of exponent eg at threshold t (half bits): clamp((t - eg) / 2, 1, 16). */
 static inline DQ_HD int dq_width_at(int t, int eg)

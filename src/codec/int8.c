@@ -113,8 +113,9 @@ CODEC_HALF_LOOP static bool int8_absmax(const float *v, size_t m, float *mx_out)
     return bad != 0;
 }
 
-/* Codes of the finite v[m] times inv: rounded to nearest even, or up when the random word's top
- * 24 bits (as a fraction) lie below q's fractional part; clamped to [-127, 127]. */
+/* Codes of the finite v[m] times inv (inv finite, |v inv| at most a few hundred): rounded to
+ * nearest even, or up when the random word's top 24 bits (as a fraction) lie below q's fractional
+ * part; clamped to [-127, 127]. */
 CODEC_HALF_LOOP static void int8_quantize(const float *restrict v, size_t m, float inv,
                                           const uint32_t *restrict words, unsigned char *restrict o)
 {
@@ -156,6 +157,15 @@ static void int8_encode_group(const float *v, size_t m, unsigned char *o, bool s
     float scale = mx > 0 ? mx / 127.0f : 0.0f;
     codec_store_le32(o, codec_f32_bits(scale));
     float inv = scale > 0 ? 1.0f / scale : 0.0f;
+    float tiny[INT8_GROUP];
+    if (scale > 0 && scale < 0x1p-100f) {
+        /* 1 / scale would overflow (or, for subnormal values, lose bits): the values and scale
+         * times 2^64, exactly, give the same quotients */
+        for (size_t i = 0; i < m; i++)
+            tiny[i] = v[i] * 0x1p64f;
+        v = tiny;
+        inv = 1.0f / (scale * 0x1p64f);
+    }
     uint32_t words[INT8_GROUP];
     if (stochastic)
         tdl_rng_fill_u32(rng, words, m);
