@@ -339,14 +339,14 @@ int main(int argc, char **argv)
             char *end;
             unsigned long long v = strtoull(argv[++i], &end, 10);
             if (*end || argv[i][0] == '-') {
-                fprintf(stderr, "codec_vnmse: --chunk '%s' is not a byte count (0: one chunk a "
-                                "block)\n",
+                fprintf(stderr,
+                        "codec_vnmse: --chunk '%s' is not a byte count (0: one chunk a "
+                        "block)\n",
                         argv[i]);
                 return 2;
             }
             chunk_bytes = (size_t)v;
-        }
-        else if (!strcmp(argv[i], "--grads") && i + 1 < argc)
+        } else if (!strcmp(argv[i], "--grads") && i + 1 < argc)
             grads = argv[++i];
         else if (!strcmp(argv[i], "--format") && i + 1 < argc)
             only = argv[++i];

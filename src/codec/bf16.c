@@ -14,14 +14,12 @@ static const codec_minifloat_t bf16_format = {
 static inline uint16_t bf16_encode_one(float x, bool stochastic, uint32_t r)
 {
     uint32_t u = codec_f32_bits(x), a = u & 0x7fffffffu;
-    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-    if (a > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x0040u);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u), nan = (uint16_t)((u >> 16) | 0x0040u);
     if (!stochastic)
-        return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); /* Inf stays Inf */
-    if (a == 0x7f800000u)
-        return sign | 0x7f80u;
-    return sign | (uint16_t)codec_minifloat_round(&bf16_format, a, true, r);
+        return a > 0x7f800000u ? nan : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    /* every case computed, one selected: no branch, so the loop vectorizes */
+    uint16_t rounded = sign | (uint16_t)codec_minifloat_round(&bf16_format, a, true, r);
+    return a > 0x7f800000u ? nan : a == 0x7f800000u ? (uint16_t)(sign | 0x7f80u) : rounded;
 }
 
 static inline float bf16_decode_one(const unsigned char *p)

@@ -160,9 +160,10 @@ tdl_status_t codec_check_where(const char *name, const void *cfg, const codec_wh
         return P##_bytes(n);                                                                       \
     }                                                                                              \
                                                                                                    \
-    /* n values at o, stochastically with words[i] for value i when words is given */            \
+    /* n values at o, stochastically with words[i] for value i when words is given */              \
     CODEC_HALF_LOOP                                                                                \
-    static void P##_encode_run(const float *in, size_t n, const uint32_t *words, unsigned char *o) \
+    static void P##_encode_run(const float *restrict in, size_t n, const uint32_t *restrict words, \
+                               unsigned char *restrict o)                                          \
     {                                                                                              \
         if (words) {                                                                               \
             for (size_t i = 0; i < n; i++)                                                         \
@@ -180,7 +181,7 @@ tdl_status_t codec_check_where(const char *name, const void *cfg, const codec_wh
             out[i] = P##_decode_one(p + 2 * i);                                                    \
     }                                                                                              \
                                                                                                    \
-    /* sum[i] = decode(p)[i] + local[i], a NaN of the decoded value winning over one of local */  \
+    /* sum[i] = decode(p)[i] + local[i], a NaN of the decoded value winning over one of local */   \
     CODEC_HALF_LOOP                                                                                \
     static void P##_decode_add_run(const unsigned char *p, const float *local, size_t n,           \
                                    float *sum)                                                     \
@@ -189,7 +190,7 @@ tdl_status_t codec_check_where(const char *name, const void *cfg, const codec_wh
             sum[i] = codec_add_nan_first(P##_decode_one(p + 2 * i), local[i]);                     \
     }                                                                                              \
                                                                                                    \
-    /* in[0 .. n) encoded at o, tile by tile; rng NULL: to nearest */                             \
+    /* in[0 .. n) encoded at o, tile by tile; rng NULL: to nearest */                              \
     static void P##_encode_tiles(const float *in, size_t n, tdl_rng_t *rng, unsigned char *o)      \
     {                                                                                              \
         if (!rng) {                                                                                \

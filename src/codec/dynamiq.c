@@ -258,8 +258,7 @@ static inline float dq_store_scale(float smax, unsigned char *o)
 
 /* The values of a group of scale s to quantize and the factor that brings them to [-1, 1]:
  * x and 1 / s, or for a tiny s (DQ_TINY_SCALE) x and s both times DQ_TINY_PRE, in tmp. */
-static inline const float *dq_group_values(const float *x, int cnt, float s, float *tmp,
-                                           float *inv)
+static inline const float *dq_group_values(const float *x, int cnt, float s, float *tmp, float *inv)
 {
     if (s >= DQ_TINY_SCALE) {
         *inv = 1.0f / s;

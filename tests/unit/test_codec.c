@@ -672,18 +672,18 @@ static void test_fused(void)
         memcpy(acc, local, sizeof(acc));
         codec_where_t w = where_of(1, 0, 1, 3);
         size_t len = 0;
-        int good = ops->decode_accumulate_encode(&cfg_rne, &w, in, 2 * M, local, M, out, &len) ==
-                       TDL_OK &&
-                   len == 2 * M && ops->decode(&cfg_rne, in, 2 * M, dec, M) == TDL_OK &&
-                   ops->decode_accumulate(&cfg_rne, in, 2 * M, acc, M) == TDL_OK;
+        int good =
+            ops->decode_accumulate_encode(&cfg_rne, &w, in, 2 * M, local, M, out, &len) == TDL_OK &&
+            len == 2 * M && ops->decode(&cfg_rne, in, 2 * M, dec, M) == TDL_OK &&
+            ops->decode_accumulate(&cfg_rne, in, 2 * M, acc, M) == TDL_OK;
         uint32_t abits = 0, dbits = 0;
         for (int i = 0; good && i < M; i++) {
             memcpy(&abits, &acc[i], 4);
             memcpy(&dbits, &dec[i], 4);
             good = (out[2 * i] | out[2 * i + 1] << 8) == want[k] && abits == (dbits | 0x00400000u);
         }
-        ok(good, "%s: NaN + NaN keeps the decoded NaN (fused %02x%02x, accumulate %08x)",
-           halves[k], out[1], out[0], abits);
+        ok(good, "%s: NaN + NaN keeps the decoded NaN (fused %02x%02x, accumulate %08x)", halves[k],
+           out[1], out[0], abits);
     }
 }
 

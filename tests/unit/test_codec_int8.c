@@ -140,8 +140,9 @@ int main(void)
             good &= worst0 <= 50.0f / 127.0f; /* within a step of group 0's scale */
             for (int i = 256; i < N; i++)
                 good &= isnan(y[i]) != 0;
-            ok(good, "%s (%s): NaN or Inf in a group makes that group NaN, group 0 exact to a "
-                     "step (%.3g)",
+            ok(good,
+               "%s (%s): NaN or Inf in a group makes that group NaN, group 0 exact to a "
+               "step (%.3g)",
                names[k], rd == CODEC_ROUND_NEAREST ? "nearest" : "stochastic", worst0);
             codec_destroy(c);
         }

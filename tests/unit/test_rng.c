@@ -137,8 +137,8 @@ int main(void)
         tdl_rng_fill_u32(&a, bulk, lens[t]);
         for (size_t i = 0; i < lens[t]; i++)
             one[i] = tdl_rng_u32(&b);
-        fill_ok &= !memcmp(bulk, one, lens[t] * 4) && a.pos == b.pos &&
-                   tdl_rng_u32(&a) == tdl_rng_u32(&b);
+        fill_ok &=
+            !memcmp(bulk, one, lens[t] * 4) && a.pos == b.pos && tdl_rng_u32(&a) == tdl_rng_u32(&b);
     }
     ok(fill_ok, "fill_u32 gives the words of single draws (unaligned starts, the 32-bit carry)");
     return done_testing();
