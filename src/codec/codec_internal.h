@@ -162,8 +162,7 @@ tdl_status_t codec_check_where(const char *name, const void *cfg, const codec_wh
                                                                                                    \
     /* n values at o, stochastically with words[i] for value i when words is given */              \
     CODEC_HALF_LOOP                                                                                \
-    static void P##_encode_run(const float *restrict in, size_t n, const uint32_t *restrict words, \
-                               unsigned char *restrict o)                                          \
+    static void P##_encode_run(const float *in, size_t n, const uint32_t *words, unsigned char *o) \
     {                                                                                              \
         if (words) {                                                                               \
             for (size_t i = 0; i < n; i++)                                                         \
