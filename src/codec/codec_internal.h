@@ -125,16 +125,34 @@ static inline float codec_add_nan_first(float a, float b)
     return codec_bits_f32((sum & ~nan) | ((ua | 0x00400000u) & nan));
 }
 
+/* The values of a group of scale s > 0 to quantize and the factor that brings them to [-1, 1]:
+ * x and 1 / s, or, for s below CODEC_TINY_SCALE (values far below FLT_MIN, where 1 / s overflows
+ * or loses bits), x and s both times CODEC_TINY_PRE, exactly, with the values in tmp[n]: the same
+ * quotients. */
+#define CODEC_TINY_SCALE 0x1p-100f
+#define CODEC_TINY_PRE 0x1p64f
+static inline const float *codec_scaled_group(const float *x, size_t n, float s, float *tmp,
+                                              float *inv)
+{
+    if (s >= CODEC_TINY_SCALE) {
+        *inv = 1.0f / s;
+        return x;
+    }
+    for (size_t i = 0; i < n; i++)
+        tmp[i] = x[i] * CODEC_TINY_PRE;
+    *inv = 1.0f / (s * CODEC_TINY_PRE);
+    return tmp;
+}
+
 /* Errors shared by the formats; each names the codec. */
 tdl_status_t codec_check_args(const char *name, const void *in, const void *out, size_t n);
 tdl_status_t codec_check_size(const char *name, size_t in_bytes, size_t want, size_t n);
 tdl_status_t codec_check_where(const char *name, const void *cfg, const codec_where_t *w);
 
-/* The encode and decode loops of the 16-bit formats, vectorized by the compiler (an AVX2 clone
- * where the CPU has it): their per-value functions are written without data-dependent branches,
- * and every lane computes what the scalar expression would, so both clones give the same bytes.
- * Not the loops that add: a vectorized add may take its operands in the other order, and which
- * NaN's payload and sign a sum of two NaNs keeps depends on that order. */
+/* Loops of the 16-bit formats and int8, vectorized by the compiler (an AVX2 clone where the CPU
+ * has it): their per-value functions are written without data-dependent branches, and every lane
+ * computes what the scalar expression would, so both clones give the same bytes. Their adds go
+ * through codec_add_nan_first, since a vectorized add may take its operands in the other order. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
 #define CODEC_HALF_LOOP                                                                            \
     __attribute__((target_clones("avx2", "default"), optimize("O3", "fp-contract=off")))
@@ -146,8 +164,7 @@ tdl_status_t codec_check_where(const char *name, const void *cfg, const codec_wh
  * one loop each, around P##_encode_one(x, stochastic, random bits) and P##_decode_one(p),
  * which the including file defines. Defines codec_##P##_ops. The random words come in tiles
  * from tdl_rng_fill_u32 (word i of the stream for value i, as one draw per value would give);
- * the fused pass decodes a tile, adds it to local in a loop of its own (not the vectorized clone:
- * the NaN + NaN order above) and encodes it. */
+ * the fused pass decodes a tile and adds local to it in one loop, then encodes it. */
 #define CODEC_HALF_TILE 1024
 #define CODEC_HALF_OPS(NAME, P)                                                                    \
     static size_t P##_bytes(size_t n)                                                              \

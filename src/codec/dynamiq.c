@@ -256,19 +256,9 @@ static inline float dq_store_scale(float smax, unsigned char *o)
     return codec_bits_f32(u << 16);
 }
 
-/* The values of a group of scale s to quantize and the factor that brings them to [-1, 1]:
- * x and 1 / s, or for a tiny s (DQ_TINY_SCALE) x and s both times DQ_TINY_PRE, in tmp. */
-static inline const float *dq_group_values(const float *x, int cnt, float s, float *tmp, float *inv)
-{
-    if (s >= DQ_TINY_SCALE) {
-        *inv = 1.0f / s;
-        return x;
-    }
-    for (int i = 0; i < cnt; i++)
-        tmp[i] = x[i] * DQ_TINY_PRE;
-    *inv = 1.0f / (s * DQ_TINY_PRE);
-    return tmp;
-}
+/* The GPU (dynamiq_format.h) scales tiny groups as codec_scaled_group does. */
+_Static_assert(DQ_TINY_SCALE == CODEC_TINY_SCALE && DQ_TINY_PRE == CODEC_TINY_PRE,
+               "dynamiq's tiny-scale constants differ from the codecs'");
 
 /* Level indices of cnt <= 32 values x scaled by inv, at width w, as w bit planes. */
 DQ_CLONES static void dq_quantize_group(const dq_enc_t *c, const float *x, int cnt, float inv,
@@ -774,7 +764,7 @@ DQ_ZV static void dq_z_quantize_sg(const dq_enc_t *c, const float *x, size_t m, 
             continue;
         int first = g * DQ_GROUP, cnt = (int)TDL_MIN((size_t)DQ_GROUP, m - (size_t)first);
         float inv, tmp[DQ_GROUP];
-        const float *xg = dq_group_values(x + first, cnt, step[e[g]], tmp, &inv);
+        const float *xg = codec_scaled_group(x + first, (size_t)cnt, step[e[g]], tmp, &inv);
         uint32_t a = (uint32_t)(a0 + (uint64_t)first);
         switch (w[g]) {
         case 1: case 2: case 3: case 4: case 5:
@@ -1093,7 +1083,7 @@ static void dq_encode_sg(const dq_enc_t *c, const float *x, size_t m, const floa
         uint32_t planes[DQ_WMAX];
         size_t first = (size_t)g * DQ_GROUP, cnt = TDL_MIN((size_t)DQ_GROUP, m - first);
         float inv, tmp[DQ_GROUP];
-        const float *xg = dq_group_values(x + first, (int)cnt, s, tmp, &inv);
+        const float *xg = codec_scaled_group(x + first, cnt, s, tmp, &inv);
         dq_quantize(c, xg, (int)cnt, inv, wg, a0 + first, planes);
         for (int j = 0; j < wg; j++)
             codec_store_le32(val + 4 * j, planes[j]);

@@ -23,7 +23,8 @@
 #define DQ_MAX_BITS256 4184 /* 16.34375: every group at 16 bits fits */
 #define DQ_GOLDEN 0x9E3779B9u
 /* A group scale s below DQ_TINY_SCALE (its values far below FLT_MIN) is quantized as s and its
- * values times DQ_TINY_PRE, exactly, since 1 / s would overflow or lose bits: the same quotients */
+ * values times DQ_TINY_PRE, exactly, since 1 / s would overflow or lose bits: the same quotients
+ * (the CPU's codec_scaled_group, whose constants dynamiq.c checks against these) */
 #define DQ_TINY_SCALE 0x1p-100f
 #define DQ_TINY_PRE 0x1p64f
 

@@ -156,16 +156,9 @@ static void int8_encode_group(const float *v, size_t m, unsigned char *o, bool s
     }
     float scale = mx > 0 ? mx / 127.0f : 0.0f;
     codec_store_le32(o, codec_f32_bits(scale));
-    float inv = scale > 0 ? 1.0f / scale : 0.0f;
-    float tiny[INT8_GROUP];
-    if (scale > 0 && scale < 0x1p-100f) {
-        /* 1 / scale would overflow (or, for subnormal values, lose bits): the values and scale
-         * times 2^64, exactly, give the same quotients */
-        for (size_t i = 0; i < m; i++)
-            tiny[i] = v[i] * 0x1p64f;
-        v = tiny;
-        inv = 1.0f / (scale * 0x1p64f);
-    }
+    float inv = 0.0f, tiny[INT8_GROUP];
+    if (scale > 0)
+        v = codec_scaled_group(v, m, scale, tiny, &inv);
     uint32_t words[INT8_GROUP];
     if (stochastic)
         tdl_rng_fill_u32(rng, words, m);
