@@ -285,6 +285,9 @@ static char *trim(char *s)
     return s;
 }
 
+/* The longest line a config file may hold, newline excluded (doc/config.md). */
+#define CONFIG_LINE_MAX 4094
+
 tdl_status_t tdl_params_load_file(tdl_params_t *params, const char *path)
 {
     FILE *f = fopen(path, "r");
@@ -293,14 +296,33 @@ tdl_status_t tdl_params_load_file(tdl_params_t *params, const char *path)
                                "cannot open config file '%s': %s", path, strerror(errno));
     }
     tdl_status_t st = TDL_OK;
-    char line[4096], where[512];
+    char *line = NULL, where[512];
+    size_t linecap = 0;
+    /* the line each parameter was set on, to refuse a second setting: the last one winning
+     * silently hides a mistake in one of the two */
+    int *set_at = calloc(params->count ? params->count : 1, sizeof(*set_at));
+    if (!set_at) {
+        fclose(f);
+        return tdl_error_raise(TDL_ERR_NOMEM, "config file '%s': out of memory", path);
+    }
     int lineno = 0;
-    while (fgets(line, sizeof(line), f)) {
+    ssize_t got;
+    while ((got = getline(&line, &linecap, f)) >= 0) {
+        size_t len = (size_t)got;
         lineno++;
         snprintf(where, sizeof(where), "%s:%d", path, lineno);
-        if (!strchr(line, '\n') && !feof(f)) {
-            st = tdl_error_raise(TDL_ERR_INVALID_ARG, "%s: line longer than %zu characters", where,
-                                 sizeof(line) - 2);
+        if (memchr(line, '\0', len)) {
+            st = tdl_error_raise(TDL_ERR_INVALID_ARG,
+                                 "%s: the line holds a NUL byte: a config file is text, one "
+                                 "'name = value' a line",
+                                 where);
+            goto out;
+        }
+        if (len > 0 && line[len - 1] == '\n')
+            line[--len] = '\0';
+        if (len > CONFIG_LINE_MAX) {
+            st = tdl_error_raise(TDL_ERR_INVALID_ARG, "%s: line longer than %d characters", where,
+                                 CONFIG_LINE_MAX);
             goto out;
         }
         char *hash = strchr(line, '#');
@@ -333,13 +355,30 @@ tdl_status_t tdl_params_load_file(tdl_params_t *params, const char *path)
         }
         if (strncmp(name, "--", 2) == 0)
             name += 2;
+        if (strcmp(name, "config") == 0) {
+            st = tdl_error_raise(TDL_ERR_INVALID_ARG,
+                                 "%s: a config file cannot name another one ('config = %s'): "
+                                 "copy its settings here, or give that file with --config",
+                                 where, value);
+            goto out;
+        }
+        param_value_t *pv = param_find(params, name, strlen(name));
+        if (pv && set_at[pv - params->values]) {
+            st = tdl_error_raise(TDL_ERR_INVALID_ARG,
+                                 "%s: '%s' is set a second time (first at line %d): keep one",
+                                 where, pv->def->name, set_at[pv - params->values]);
+            goto out;
+        }
         st = tdl_params_set(params, name, value, TDL_PARAM_SRC_CONFIG, where);
         if (st != TDL_OK)
             goto out;
+        set_at[pv - params->values] = lineno;
     }
     if (ferror(f))
         st = tdl_error_raise(TDL_ERR_IO, "error reading config file '%s'", path);
 out:
+    free(set_at);
+    free(line);
     fclose(f);
     return st;
 }

@@ -36,7 +36,7 @@ struct serve_queue {
     serve_job_t *wait_head, *wait_tail; /* waiting, in the order they will run */
     serve_job_t *fin_head, *fin_tail;   /* finished, oldest first */
     int nwaiting, nfinished, nrunning;
-    uint64_t seq, salt;
+    uint64_t id_seq, seed_seq, salt; /* counters of the ids and seeds the queue chose */
     serve_stats_t stats;
     double *lat[SERVE_SOURCE_COUNT];
     size_t nlat[SERVE_SOURCE_COUNT], caplat[SERVE_SOURCE_COUNT];
@@ -60,6 +60,18 @@ static uint64_t splitmix64(uint64_t x)
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
     x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
     return x ^ (x >> 31);
+}
+
+/* A bijection of [0, 2^53): each step (an xor with a right shift, a multiply by an odd number
+ * modulo 2^53) can be undone, so distinct counters give distinct seeds for the server's whole
+ * life, where a hash cut to 53 bits could repeat one. */
+static uint64_t seed_permute(uint64_t x)
+{
+    const uint64_t mask = SERVE_MAX_SEED - 1;
+    x &= mask;
+    x = ((x ^ (x >> 26)) * 0xbf58476d1ce4e5b9ull) & mask;
+    x = ((x ^ (x >> 27)) * 0x94d049bb133111ebull) & mask;
+    return x ^ (x >> 29);
 }
 
 static void deadline_after(struct timespec *ts, int ms)
@@ -241,15 +253,15 @@ tdl_status_t serve_queue_submit(serve_queue_t *q, const serve_request_params_t *
         }
         q->table = t, q->cap = cap;
     }
-    uint64_t seq = ++q->seq;
     serve_request_info_t *in = &j->info;
     in->params = *params;
+    /* ids and seeds have counters of their own: a seed never depends on how many ids were
+     * tried, so no two requests the queue seeds get the same one */
     while (!in->params.id[0] || (!params->id[0] && table_find(q, in->params.id)))
         snprintf(in->params.id, sizeof(in->params.id), "img-%016llx",
-                 (unsigned long long)splitmix64(q->salt + seq++));
+                 (unsigned long long)splitmix64(q->salt + ++q->id_seq));
     if (!in->params.has_seed) {
-        in->params.seed =
-            splitmix64(q->salt ^ (seq * 0x2545f4914f6cdd1dull)) & (SERVE_MAX_SEED - 1);
+        in->params.seed = seed_permute(q->salt + ++q->seed_seq);
         in->params.has_seed = true;
     }
     in->state = SERVE_STATE_QUEUED;

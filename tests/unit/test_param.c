@@ -16,6 +16,7 @@ static const tdl_param_def_t defs[] = {
     {"policy", TDL_PARAM_ENUM, "fcfs", "serving policy", "fcfs|srtf|edf_best_fit", 1, 0},
     {"gfc-timeout-ms", TDL_PARAM_INT, "30000", "timeout", NULL, 1, 3.6e6},
     {"buffer", TDL_PARAM_INT, "64k", "buffer bytes", NULL, 1, 0},
+    {"config", TDL_PARAM_STRING, NULL, "config file", NULL, 1, 0},
 };
 
 static tdl_params_t *fresh(void)
@@ -164,6 +165,54 @@ int main(void)
     p = fresh();
     ok(tdl_params_load_file(p, "/nonexistent/tidal.conf") == TDL_ERR_NOT_FOUND,
        "missing config file is NOT_FOUND");
+    tdl_params_destroy(p);
+    /* a key given twice names both lines; the file's first value is not silently replaced */
+    write_config("steps = 5\nlr = 0.25\n--steps = 6\n");
+    p = fresh();
+    ok(tdl_params_load_file(p, cfg_path) == TDL_ERR_INVALID_ARG &&
+           strstr(tdl_error_get(), ":3:") && strstr(tdl_error_get(), "line 1") &&
+           strstr(tdl_error_get(), "steps"),
+       "a key set twice is refused, naming file, line and first line: %s", tdl_error_get());
+    tdl_params_destroy(p);
+    /* a config file naming another is refused, not ignored */
+    write_config("steps = 5\nconfig = other.conf\n");
+    p = fresh();
+    ok(tdl_params_load_file(p, cfg_path) == TDL_ERR_INVALID_ARG &&
+           strstr(tdl_error_get(), ":2:") && strstr(tdl_error_get(), "other.conf"),
+       "'config = FILE' inside a config file is refused: %s", tdl_error_get());
+    tdl_params_destroy(p);
+    /* a NUL byte is named as such, not as a long line */
+    {
+        FILE *f = fopen(cfg_path, "w");
+        fwrite("steps = 5\nlr = 0.2\0junk\n", 1, 25, f);
+        fclose(f);
+    }
+    p = fresh();
+    ok(tdl_params_load_file(p, cfg_path) == TDL_ERR_INVALID_ARG &&
+           strstr(tdl_error_get(), ":2:") && strstr(tdl_error_get(), "NUL"),
+       "a NUL byte in a line is reported as one: %s", tdl_error_get());
+    tdl_params_destroy(p);
+    /* the longest line allowed reads; one more character is refused */
+    {
+        FILE *f = fopen(cfg_path, "w");
+        fprintf(f, "name = \"%0*d\"\n", 4094 - 9, 0);
+        fprintf(f, "steps = 7\n");
+        fclose(f);
+    }
+    p = fresh();
+    ok(tdl_params_load_file(p, cfg_path) == TDL_OK && tdl_param_int(p, "steps") == 7 &&
+           strlen(tdl_param_str(p, "name")) == 4094 - 9,
+       "a line of 4094 characters reads: %s", tdl_error_get());
+    tdl_params_destroy(p);
+    {
+        FILE *f = fopen(cfg_path, "w");
+        fprintf(f, "name = \"%0*d\"\n", 4094 - 8, 0);
+        fclose(f);
+    }
+    p = fresh();
+    ok(tdl_params_load_file(p, cfg_path) == TDL_ERR_INVALID_ARG &&
+           strstr(tdl_error_get(), "longer than 4094"),
+       "a line of 4095 characters is refused: %s", tdl_error_get());
     tdl_params_destroy(p);
     unlink(cfg_path);
 
