@@ -60,7 +60,8 @@ tdl_status_t gfc_runtime_create(const gfc_runtime_config_t *config, gfc_runtime_
 void gfc_runtime_destroy(gfc_runtime_t *rt);
 int gfc_runtime_rank(const gfc_runtime_t *rt);
 int gfc_runtime_size(const gfc_runtime_t *rt);
-/* One pass of the progress engine; wait functions call it for you. */
+/* One pass of the progress engine: UCX, then one step of every outstanding request. Tests and
+ * waits make the same pass, whichever request they are given (MPI's progress rule). */
 void gfc_runtime_progress(gfc_runtime_t *rt);
 
 typedef struct gfc_stats {
@@ -164,7 +165,8 @@ typedef struct gfc_allreduce_opts {
 
 typedef struct gfc_request gfc_request_t;
 
-/* Progresses and reports completion; on error the request is finished (done is true). */
+/* Progresses (every outstanding request, as each wait does) and reports whether this one is
+ * complete; on error the request is finished (done is true). */
 tdl_status_t gfc_request_test(gfc_request_t *req, bool *done);
 /* Progresses until done or the runtime's timeout; frees the request in every case. Errors name
  * the collective and the ranks not heard from. */

@@ -33,6 +33,12 @@ struct gfc_runtime {
         void *buf;
         size_t cap;
     } cache[4];                  /* scratch buffers kept for reuse */
+    /* Requests started and not yet seen finished, oldest first: every test, wait and progress
+     * call steps each of them once (MPI's progress rule), so no order of starts and waits
+     * among members can deadlock. */
+    gfc_request_t *active_head, *active_tail;
+    gfc_request_t *advance_next; /* the pass's next request (kept right when one leaves) */
+    bool advancing;              /* a pass over the active list is running */
     size_t requests_live;
     size_t ucx_requests_live;
     uint64_t collectives;
@@ -70,6 +76,9 @@ struct gfc_request {
     void *scratch;            /* scratch memory (gfc_request_scratch), freed with the request */
     void *scratch2;
     size_t scratch_cap[2];
+    bool active;              /* linked in the runtime's active list */
+    bool stepping;            /* inside its own progress function: never re-entered */
+    gfc_request_t *active_prev, *active_next;
 };
 
 /* ---- runtime services for algorithms ---------------------------------------------------- */
@@ -86,6 +95,8 @@ tdl_status_t gfc_p2p_request_create(gfc_group_t *g, const char *name, uint64_t t
 /* Scratch memory for a request, freed with it. Freed buffers are kept (a few, up to a byte cap)
  * for the next collective: large fresh allocations page-fault on every call. */
 void *gfc_request_scratch(gfc_request_t *req, int which, size_t bytes);
+/* One pass of the progress engine: UCX, then one step of every active request. */
+void gfc_runtime_advance(gfc_runtime_t *rt);
 /* Waits like gfc_request_wait but leaves the request to the caller. */
 tdl_status_t gfc_request_wait_keep(gfc_request_t *req);
 /* Tags: step ids are the algorithm's (round, chunk, phase) encoding; src is a world rank. */

@@ -1,4 +1,5 @@
-/* Requests: the state machine of one operation, its UCX transfers, and the bounded wait. */
+/* Requests: the state machine of one operation, its UCX transfers, the progress engine that
+ * steps every outstanding request, and the bounded wait. */
 #include "config.h"
 
 #include <sched.h>
@@ -61,6 +62,41 @@ void *gfc_request_scratch(gfc_request_t *req, int which, size_t bytes)
     return *slot;
 }
 
+/* The active list holds every request that is not finished (and may still hold finished ones
+ * until the next pass or their free). */
+static void active_add(gfc_request_t *req)
+{
+    gfc_runtime_t *rt = req->rt;
+    req->active = true;
+    req->active_next = NULL;
+    req->active_prev = rt->active_tail;
+    if (rt->active_tail)
+        rt->active_tail->active_next = req;
+    else
+        rt->active_head = req;
+    rt->active_tail = req;
+}
+
+static void active_remove(gfc_request_t *req)
+{
+    gfc_runtime_t *rt = req->rt;
+    if (!req->active)
+        return;
+    /* A pass in progress goes on from the request after this one. */
+    if (rt->advance_next == req)
+        rt->advance_next = req->active_next;
+    if (req->active_prev)
+        req->active_prev->active_next = req->active_next;
+    else
+        rt->active_head = req->active_next;
+    if (req->active_next)
+        req->active_next->active_prev = req->active_prev;
+    else
+        rt->active_tail = req->active_prev;
+    req->active = false;
+    req->active_prev = req->active_next = NULL;
+}
+
 tdl_status_t gfc_request_create(gfc_group_t *g, const char *name, gfc_progress_fn_t progress,
                                 size_t state_size, gfc_request_t **req_out)
 {
@@ -82,6 +118,7 @@ tdl_status_t gfc_request_create(gfc_group_t *g, const char *name, gfc_progress_f
         g->rt->collectives++;
     }
     g->rt->requests_live++;
+    active_add(req);
     *req_out = req;
     return TDL_OK;
 }
@@ -94,6 +131,7 @@ tdl_status_t gfc_request_create_done(gfc_group_t *g, const char *name, gfc_reque
         (*req_out)->seq = g->seq++;
         g->rt->collectives++;
         (*req_out)->finished = true;
+        active_remove(*req_out);
     }
     return st;
 }
@@ -297,8 +335,12 @@ static tdl_status_t p2p_done(gfc_request_t *req, const gfc_xfer_t *x)
 
 static tdl_status_t request_step(gfc_request_t *req)
 {
-    if (req->finished)
-        return req->status;
+    if (req->finished || req->stepping) {
+        if (req->finished)
+            active_remove(req);
+        return req->finished ? req->status : TDL_OK;
+    }
+    req->stepping = true;
     tdl_status_t st = req->progress ? req->progress(req) : TDL_OK;
     if (!req->progress) {
         bool all;
@@ -311,13 +353,47 @@ static tdl_status_t request_step(gfc_request_t *req)
             request_fail(req, st, "%s", tdl_error_get());
         request_cancel_all(req);
     }
+    req->stepping = false;
+    if (req->finished)
+        active_remove(req);
     return req->finished ? req->status : TDL_OK;
+}
+
+/* One pass of the progress engine: UCX, then one step of every active request, oldest first,
+ * whichever request the caller waits for (MPI's progress rule). A collective's next hop is
+ * posted by its own step, so a wait that stepped only its own request could leave a peer
+ * waiting on a collective this rank started but was not waiting for: members that wait in
+ * different orders deadlocked. A pass costs one step per outstanding request, each step polls
+ * that request's own transfers. A call made from inside a pass (from a codec, say) steps only
+ * the requests it was given: the list is walked by one pass at a time. Returns UCX's events. */
+static unsigned progress_pass(gfc_runtime_t *rt, gfc_request_t *const *reqs, size_t count)
+{
+    unsigned events = ucp_worker_progress(rt->worker);
+    if (rt->advancing) {
+        for (size_t i = 0; i < count; i++)
+            request_step(reqs[i]);
+        return events;
+    }
+    rt->advancing = true;
+    rt->advance_next = rt->active_head;
+    while (rt->advance_next) {
+        gfc_request_t *r = rt->advance_next;
+        rt->advance_next = r->active_next;
+        request_step(r);
+    }
+    rt->advancing = false;
+    return events;
+}
+
+void gfc_runtime_advance(gfc_runtime_t *rt)
+{
+    progress_pass(rt, NULL, 0);
 }
 
 tdl_status_t gfc_request_test(gfc_request_t *req, bool *done)
 {
-    ucp_worker_progress(req->rt->worker);
-    tdl_status_t st = request_step(req);
+    progress_pass(req->rt, &req, 1);
+    tdl_status_t st = req->finished ? req->status : TDL_OK;
     *done = req->finished;
     if (req->finished && st != TDL_OK)
         tdl_error_set("%s", req->error);
@@ -364,8 +440,7 @@ static tdl_status_t request_wait_one(gfc_request_t *req, uint64_t deadline)
     unsigned idle = 0;
     uint64_t next_check = tdl_clock_ns() + GFC_LIVENESS_NS;
     while (!req->finished) {
-        unsigned events = ucp_worker_progress(rt->worker);
-        request_step(req);
+        unsigned events = progress_pass(rt, &req, 1);
         if (req->finished)
             break;
         if (events == 0 && ++idle >= rt->yield_after) {
@@ -420,18 +495,15 @@ tdl_status_t gfc_request_wait_all(gfc_request_t **reqs, size_t count)
         return TDL_OK;
     gfc_runtime_t *rt = reqs[0]->rt;
     uint64_t deadline = tdl_clock_ns() + (uint64_t)rt->config.timeout_ms * 1000000ull;
-    /* Progress all together: collectives in flight may depend on each other's peers. */
     bool pending = true;
     unsigned idle = 0;
     uint64_t next_check = tdl_clock_ns() + GFC_LIVENESS_NS;
     while (pending) {
         pending = false;
-        unsigned events = ucp_worker_progress(rt->worker);
-        for (size_t i = 0; i < count; i++) {
-            if (!reqs[i]->finished)
-                request_step(reqs[i]);
+        /* steps every active request, these among them, once */
+        unsigned events = progress_pass(rt, reqs, count);
+        for (size_t i = 0; i < count; i++)
             pending |= !reqs[i]->finished;
-        }
         if (events == 0 && ++idle >= rt->yield_after) {
             sched_yield();
             idle = 0;
@@ -467,6 +539,7 @@ void gfc_request_free(gfc_request_t *req)
 {
     if (!req)
         return;
+    active_remove(req);
     request_cancel_all(req);
     if (req->cleanup)
         req->cleanup(req);

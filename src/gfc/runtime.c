@@ -291,7 +291,7 @@ int gfc_runtime_size(const gfc_runtime_t *rt)
 
 void gfc_runtime_progress(gfc_runtime_t *rt)
 {
-    ucp_worker_progress(rt->worker);
+    gfc_runtime_advance(rt);
 }
 
 void gfc_runtime_stats(const gfc_runtime_t *rt, gfc_stats_t *stats_out)
