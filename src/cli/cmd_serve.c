@@ -468,9 +468,10 @@ static int serve_rank0(tdl_params_t *params, int world, dit_model_t *m, serve_di
         const char *colon = strrchr(listen, ':');
         snprintf(host, sizeof(host), "%.*s", (int)(colon - listen), listen);
         printf("tidal serve: listening on http://%s:%d%s\n", host, serve_http_port(http),
-               tdl_param_str(params, "token") && tdl_param_str(params, "token")[0]
+               tdl_param_str(params, "token")
                    ? " (bearer token required)"
-                   : "");
+                   : " (no token required: anyone who reaches this address may submit; set "
+                     "TIDAL_TOKEN to require one)");
     }
     if (trace_path)
         printf("tidal serve: replaying %zu requests from %s%s\n", tr.trace.count, trace_path,
@@ -643,8 +644,20 @@ int serve_main(tdl_params_t *params, const char *what, const serve_hooks_t *hook
     bool http_on = strcasecmp(listen, "none") != 0;
     if (!http_on && !tdl_param_str(params, "trace"))
         return cli_usage_error("--listen none leaves nothing to serve: give --trace FILE");
-    if (http_on && !strrchr(listen, ':'))
-        return cli_usage_error("--listen '%s': use HOST:PORT (127.0.0.1:8000)", listen);
+    char host[SERVE_HOST_MAX + 1];
+    int port;
+    if (http_on && serve_listen_parse(listen, host, &port) != TDL_OK)
+        return cli_usage_error("%s", tdl_error_get());
+    /* an empty token would turn authentication off unnoticed; no token at all is stated */
+    const char *token = tdl_param_str(params, "token");
+    if (token && !token[0])
+        return cli_usage_error("%s is empty: give a token, or leave it unset to accept requests "
+                               "without one",
+                               tdl_params_source(params, "token") == TDL_PARAM_SRC_ENV
+                                   ? "TIDAL_TOKEN"
+                               : tdl_params_source(params, "token") == TDL_PARAM_SRC_CONFIG
+                                   ? "'token' in the config file"
+                                   : "--token");
     if (tdl_param_bool(params, "exit-after-trace") && !tdl_param_str(params, "trace"))
         return cli_usage_error("--exit-after-trace needs --trace FILE");
     const char *pname = tdl_param_str(params, "policy");

@@ -188,6 +188,13 @@ typedef struct serve_http_opts {
 
 typedef struct serve_http serve_http_t;
 
+/* Checks a --listen address, "HOST:PORT" or "[IPV6]:PORT" (an empty host: every address; port
+ * 0: any free one), without resolving or binding it, so that a bad one is refused before
+ * start-up. TDL_ERR_INVALID_ARG names the address and what is wrong. */
+#define SERVE_HOST_MAX 255
+tdl_status_t serve_listen_parse(const char *addr, char host_out[SERVE_HOST_MAX + 1],
+                                int *port_out);
+
 /* Binds, listens and answers from threads of its own. A failure to bind names the address. */
 tdl_status_t serve_http_start(const serve_http_opts_t *opts, serve_queue_t *queue,
                               serve_http_t **http_out);

@@ -74,7 +74,7 @@ static tdl_status_t get_int(json_t *obj, const char *name, int64_t min, int64_t 
     return TDL_OK;
 }
 
-static bool id_valid(const char *s, size_t len)
+static bool id_chars_valid(const char *s, size_t len)
 {
     if (len < 1 || len > SERVE_ID_MAX)
         return false;
@@ -86,6 +86,15 @@ static bool id_valid(const char *s, size_t len)
     }
     return true;
 }
+
+/* "." and ".." are made of id characters but are dot-segments: a client that normalizes URLs
+ * (RFC 3986, 5.2.4) sends /v1/images/.. as /v1/, so such a request could not be read back. */
+static bool id_is_dot_segment(const char *s, size_t len)
+{
+    return (len == 1 && s[0] == '.') || (len == 2 && s[0] == '.' && s[1] == '.');
+}
+
+#define ID_DOT_MESSAGE "an id may not be '.' or '..' (URL-normalizing clients cannot reach it)"
 
 /* A field name from the client, printable and short, for messages. */
 static void printable(char *dst, size_t size, const char *src)
@@ -157,9 +166,11 @@ static tdl_status_t request_from_json(json_t *root, const serve_limits_t *lim,
     if ((v = json_object_get(root, "id")) && !json_is_null(v)) {
         if (!json_is_string(v))
             return field_error(err, "id", "'id' must be a string, got %s", json_type_name(v));
-        if (!id_valid(json_string_value(v), json_string_length(v)))
+        if (!id_chars_valid(json_string_value(v), json_string_length(v)))
             return field_error(err, "id", "'id' must be 1 to %d characters of A-Z a-z 0-9 . _ -",
                                SERVE_ID_MAX);
+        if (id_is_dot_segment(json_string_value(v), json_string_length(v)))
+            return field_error(err, "id", "'id': " ID_DOT_MESSAGE);
         memcpy(p->id, json_string_value(v), json_string_length(v) + 1);
     }
     if (extra_key) {
@@ -280,8 +291,14 @@ void serve_trace_free(serve_trace_t *trace)
 
 /* ==== the server ============================================================================== */
 
+/* Seconds a new connection has to send its first request's header. libmicrohttpd takes a line
+ * that starts with a NUL for one of the blank lines a client may send before its request line,
+ * and waits for a request line: garbage would hold the connection's thread unanswered for the
+ * whole --connection-timeout, which is for slow bodies and idle keep-alives. */
+#define HTTP_HEADER_TIMEOUT_S 10
+
 /* Codes counted by /metrics; the last slot counts the others. */
-static const unsigned http_codes[] = {200, 202, 400, 401, 404, 405, 409, 413, 500, 503, 504};
+static const unsigned http_codes[] = {200, 202, 400, 401, 404, 405, 409, 413, 500, 501, 503, 504};
 #define HTTP_NCODES (TDL_ARRAY_SIZE(http_codes) + 1)
 
 struct serve_http {
@@ -399,7 +416,7 @@ static route_t route_of(const char *url, char id_out[SERVE_ID_MAX + 1])
     if (strncmp(url, prefix, sizeof(prefix) - 1) == 0) {
         const char *id = url + sizeof(prefix) - 1;
         size_t len = strlen(id);
-        if (id_valid(id, len)) {
+        if (id_chars_valid(id, len)) {
             memcpy(id_out, id, len + 1);
             return ROUTE_IMAGE;
         }
@@ -476,6 +493,12 @@ static http_result_t query_arg(void *cls, enum MHD_ValueKind kind, const char *k
             q->png = false;
         else
             snprintf(q->why, sizeof(q->why), "'format' must be json or png");
+    } else if (!key[0] && !value) {
+        /* "?&wait=1": an empty piece between the separators, no argument */
+    } else if (!key[0]) {
+        /* "?=1": no name to put in `field` (and an empty `bad` would read as no error) */
+        snprintf(q->why, sizeof(q->why), "a query argument without a name");
+        key = "query";
     } else {
         char name[48];
         printable(name, sizeof(name), key);
@@ -712,8 +735,93 @@ static http_result_t handle_metrics(serve_http_t *h, struct MHD_Connection *c, c
                  method, url);
 }
 
+/* ==== requests libmicrohttpd lets through ==================================================== */
+
+/* The first *con_cls of a request whose target decodes to a NUL (from http_target_seen): the
+ * handler gets the URL and the arguments as C strings, which end there, so /healthz%00x would
+ * route as /healthz. Each marker is also the `field` of the 400. */
+static char target_nul_path[] = "path", target_nul_query[] = "query";
+
+/* Sees the request target as sent, before it is decoded; the result is the first *con_cls. */
+static void *http_target_seen(void *cls, const char *uri, struct MHD_Connection *c)
+{
+    const char *nul = strstr(uri, "%00");
+    if (!nul)
+        return NULL;
+    const char *q = strchr(uri, '?');
+    return q && q < nul ? target_nul_query : target_nul_path;
+}
+
+static bool is_target_marker(const void *p)
+{
+    return p == target_nul_path || p == target_nul_query;
+}
+
+/* The headers that frame a request, counted over every line: libmicrohttpd's lookups return the
+ * first of several, and it reads a body of a coding it does not know until the client closes. */
+typedef struct header_scan {
+    int host, content_length, transfer_encoding;
+    const char *coding; /* the first Transfer-Encoding */
+} header_scan_t;
+
+static http_result_t header_seen(void *cls, enum MHD_ValueKind kind, const char *key,
+                                 const char *value)
+{
+    header_scan_t *s = cls;
+    if (strcasecmp(key, "Host") == 0)
+        s->host++;
+    else if (strcasecmp(key, "Content-Length") == 0)
+        s->content_length++;
+    else if (strcasecmp(key, "Transfer-Encoding") == 0 && s->transfer_encoding++ == 0)
+        s->coding = value;
+    return MHD_YES;
+}
+
+/* A target that decodes to a NUL, a missing or repeated Host, a repeated Content-Length, or a
+ * Transfer-Encoding that is not one "chunked" (or has a Content-Length beside it: request
+ * smuggling's way in): 400, or 501 for the coding, and the connection closed, as where the body
+ * ends is not known. Returns true with *ret set when it answered. */
+static bool answer_malformed(serve_http_t *h, struct MHD_Connection *c, const char *url,
+                             const char *method, const char *version, const char *nul_field,
+                             http_result_t *ret)
+{
+    header_scan_t hs = {0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, header_seen, &hs);
+    char msg[160], coding[48];
+    const char *field = "Transfer-Encoding";
+    unsigned code = 400;
+    printable(coding, sizeof(coding), hs.coding ? hs.coding : "");
+    if (nul_field) {
+        field = nul_field;
+        snprintf(msg, sizeof(msg), "the %s holds %%00, a NUL once decoded", nul_field);
+    } else if (hs.host > 1 || (hs.host == 0 && strcmp(version, MHD_HTTP_VERSION_1_0) != 0)) {
+        field = "Host";
+        snprintf(msg, sizeof(msg), "%s",
+                 hs.host ? "more than one Host header" : "an HTTP/1.1 request needs a Host header");
+    } else if (hs.content_length > 1) {
+        field = "Content-Length";
+        snprintf(msg, sizeof(msg), "more than one Content-Length header");
+    } else if (hs.transfer_encoding && hs.content_length) {
+        snprintf(msg, sizeof(msg), "Transfer-Encoding and Content-Length together");
+    } else if (hs.transfer_encoding > 1 ||
+               (hs.transfer_encoding && strcasecmp(coding, "chunked"))) {
+        code = 501;
+        snprintf(msg, sizeof(msg),
+                 "Transfer-Encoding '%s'%s is not supported: send chunked or a Content-Length",
+                 coding, hs.transfer_encoding > 1 ? " (and more)" : "");
+    } else {
+        return false;
+    }
+    struct MHD_Response *r = response_error(field, NULL, "%s", msg);
+    if (r)
+        MHD_add_response_header(r, "Connection", "close");
+    *ret = reply(h, c, code, r, method, url);
+    return true;
+}
+
 /* What can be answered before the body arrives: unknown paths, wrong methods, missing
- * credentials, declared bodies over the limit. Returns true with *ret set when it answered. */
+ * credentials, ids "." and "..", declared bodies over the limit. Returns true with *ret set when
+ * it answered. */
 static bool answer_early(serve_http_t *h, struct MHD_Connection *c, const char *url,
                          const char *method, http_conn_t *hc, http_result_t *ret)
 {
@@ -747,6 +855,10 @@ static bool answer_early(serve_http_t *h, struct MHD_Connection *c, const char *
         *ret = reply(h, c, 401, r, method, url);
         return true;
     }
+    if (hc->route == ROUTE_IMAGE && id_is_dot_segment(hc->id, strlen(hc->id))) {
+        *ret = reply_error(h, c, 400, method, url, "id", ID_DOT_MESSAGE);
+        return true;
+    }
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
     if (cl) {
         char *end;
@@ -769,14 +881,20 @@ static http_result_t http_answer(void *cls, struct MHD_Connection *c, const char
 {
     serve_http_t *h = cls;
     http_conn_t *hc = *con_cls;
-    if (!hc) {
+    if (!hc || is_target_marker(hc)) {
+        const char *nul_field = (const char *)*con_cls;
+        *con_cls = NULL;
+        /* the header is in: from now on the connection has --connection-timeout to be idle */
+        MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT,
+                                  (unsigned)TDL_MAX(h->o.connection_timeout_s, 0));
         hc = calloc(1, sizeof(*hc));
         if (!hc)
             return MHD_NO;
         *con_cls = hc;
         __atomic_fetch_add(&h->inflight, 1, __ATOMIC_ACQ_REL);
         http_result_t ret;
-        if (answer_early(h, c, url, method, hc, &ret))
+        if (answer_malformed(h, c, url, method, version, nul_field, &ret) ||
+            answer_early(h, c, url, method, hc, &ret))
             return ret;
         return MHD_YES;
     }
@@ -825,7 +943,7 @@ static void http_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 {
     serve_http_t *h = cls;
     http_conn_t *hc = *con_cls;
-    if (hc) {
+    if (hc && !is_target_marker(hc)) {
         free(hc->body);
         free(hc);
         *con_cls = NULL;
@@ -839,29 +957,49 @@ static void http_log(void *cls, const char *fmt, va_list ap)
         tdl_log_vwrite(TDL_LOG_INFO, fmt, ap);
 }
 
-/* "host:port", "[v6]:port"; an empty host means every address. */
-static tdl_status_t listen_socket(const char *addr, int *fd_out, int *family_out, int *port_out)
+tdl_status_t serve_listen_parse(const char *addr, char host_out[SERVE_HOST_MAX + 1],
+                                int *port_out)
 {
-    char host[256], port[16];
+    const char *usage = "use HOST:PORT (127.0.0.1:8000, [::1]:8000, 0.0.0.0:8000; port 0 "
+                        "picks a free one)";
     const char *colon = strrchr(addr, ':');
     const char *h0 = addr, *h1 = colon;
     if (addr[0] == '[') {
         const char *rb = strchr(addr, ']');
         if (!rb || rb[1] != ':')
             return tdl_error_raise(TDL_ERR_INVALID_ARG,
-                                   "--listen '%s': use HOST:PORT or [IPV6]:PORT", addr);
+                                   "--listen '%s': an IPv6 address is written [IPV6]:PORT", addr);
         h0 = addr + 1, h1 = rb, colon = rb + 1;
-    }
-    if (!colon || (size_t)(h1 - h0) >= sizeof(host) || strlen(colon + 1) >= sizeof(port) ||
-        !colon[1] || strspn(colon + 1, "0123456789") != strlen(colon + 1) ||
-        atol(colon + 1) > 65535)
+    } else if (colon && memchr(addr, ':', (size_t)(colon - addr))) {
         return tdl_error_raise(TDL_ERR_INVALID_ARG,
-                               "--listen '%s': use HOST:PORT (127.0.0.1:8000, [::1]:8000, "
-                               "0.0.0.0:8000; port 0 picks a free one)",
-                               addr);
-    memcpy(host, h0, (size_t)(h1 - h0));
-    host[h1 - h0] = '\0';
-    snprintf(port, sizeof(port), "%s", colon + 1);
+                               "--listen '%s': an IPv6 address is written [IPV6]:PORT", addr);
+    }
+    if (!colon)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "--listen '%s': no port: %s", addr, usage);
+    const char *port = colon + 1;
+    size_t digits = strspn(port, "0123456789");
+    if (!port[0] || digits != strlen(port) || digits > 5 || atol(port) > 65535)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                               "--listen '%s': the port must be a number from 0 to 65535: %s",
+                               addr, usage);
+    if ((size_t)(h1 - h0) > SERVE_HOST_MAX)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "--listen '%s': the host is longer than %d "
+                               "characters", addr, SERVE_HOST_MAX);
+    memcpy(host_out, h0, (size_t)(h1 - h0));
+    host_out[h1 - h0] = '\0';
+    *port_out = (int)atol(port);
+    return TDL_OK;
+}
+
+/* "host:port", "[v6]:port"; an empty host means every address. */
+static tdl_status_t listen_socket(const char *addr, int *fd_out, int *family_out, int *port_out)
+{
+    char host[SERVE_HOST_MAX + 1], port[16];
+    int port_num;
+    tdl_status_t st = serve_listen_parse(addr, host, &port_num);
+    if (st != TDL_OK)
+        return st;
+    snprintf(port, sizeof(port), "%d", port_num);
     struct addrinfo hints, *res = NULL;
     memset(&hints, 0, sizeof(hints));
     hints.ai_family = AF_UNSPEC;
@@ -930,12 +1068,18 @@ tdl_status_t serve_http_start(const serve_http_opts_t *opts, serve_queue_t *queu
                      MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
     if (family == AF_INET6)
         flags |= MHD_USE_IPv6;
+    /* until its first header is in, a connection gets HTTP_HEADER_TIMEOUT_S (http_answer then
+     * gives it --connection-timeout) */
+    unsigned header_timeout = HTTP_HEADER_TIMEOUT_S;
+    if (opts->connection_timeout_s > 0 && (unsigned)opts->connection_timeout_s < header_timeout)
+        header_timeout = (unsigned)opts->connection_timeout_s;
     h->daemon = MHD_start_daemon(
         flags, 0, NULL, NULL, http_answer, h, MHD_OPTION_EXTERNAL_LOGGER, http_log, h,
         MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_NOTIFY_COMPLETED, http_completed, h,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)opts->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)TDL_MAX(opts->connection_timeout_s, 0), MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-        (size_t)64 * 1024, MHD_OPTION_THREAD_STACK_SIZE, (size_t)1 << 20, MHD_OPTION_END);
+        MHD_OPTION_URI_LOG_CALLBACK, http_target_seen, h, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)opts->max_connections, MHD_OPTION_CONNECTION_TIMEOUT, header_timeout,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024, MHD_OPTION_THREAD_STACK_SIZE,
+        (size_t)1 << 20, MHD_OPTION_END);
     if (!h->daemon) {
         close(fd);
         st = tdl_error_raise(TDL_ERR_IO, "cannot serve HTTP on %s: libmicrohttpd did not start",

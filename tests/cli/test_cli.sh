@@ -26,7 +26,7 @@ usage_error() {
     desc=$1; needle=$2; shift 2
     err=`"$TIDAL" "$@" 2>&1 >/dev/null`; rc=$?
     lines=`printf '%s\n' "$err" | wc -l`
-    if [ $rc = 2 ] && [ "$lines" = 1 ] && printf '%s' "$err" | grep -q -- "$needle"; then
+    if [ $rc = 2 ] && [ "$lines" = 1 ] && printf '%s' "$err" | grep -qF -- "$needle"; then
         ok "$desc -> exit 2: $err"
     else
         not_ok "$desc -> rc=$rc lines=$lines: $err"
@@ -50,5 +50,25 @@ conf=`mktemp`; echo "log-levle = info" > "$conf"
 usage_error "misspelt config name" "log-levle" info --config "$conf"
 echo "log-level = loud" > "$conf"
 usage_error "bad config value" "$conf:1" info --config "$conf"
+printf 'log-level = info\nconfig = other.conf\n' > "$conf"
+usage_error "a config file naming another" "$conf:2" info --config "$conf"
+printf 'log-level = info\nlog-level = debug\n' > "$conf"
+usage_error "a config key set twice" "first at line 1" info --config "$conf"
 rm -f "$conf"
+
+# --listen addresses are checked before start-up (exit 2, not 1 after it); an empty token
+# would turn authentication off unnoticed. `tidal run` reads the world size from the launcher's
+# variables, set here as mpirun would, so that it gets as far as its arguments.
+for a in 127.0.0.1:99999 :-1 127.0.0.1: '[::1:80' localhost 127.0.0.1:8x; do
+    usage_error "serve --listen '$a'" "--listen '$a'" serve --ckpt /nonexistent.h5 --listen "$a"
+    OMPI_COMM_WORLD_SIZE=2; export OMPI_COMM_WORLD_SIZE
+    usage_error "run --listen '$a'" "--listen '$a'" run --listen "$a"
+    unset OMPI_COMM_WORLD_SIZE
+done
+usage_error "serve --token ''" "--token is empty" serve --ckpt /nonexistent.h5 --token ""
+TIDAL_TOKEN=; export TIDAL_TOKEN
+usage_error "serve with TIDAL_TOKEN=" "TIDAL_TOKEN is empty" serve --ckpt /nonexistent.h5
+OMPI_COMM_WORLD_SIZE=2; export OMPI_COMM_WORLD_SIZE
+usage_error "run with TIDAL_TOKEN=" "TIDAL_TOKEN is empty" run
+unset TIDAL_TOKEN OMPI_COMM_WORLD_SIZE
 done_testing

@@ -104,6 +104,60 @@ expect() {
 }
 post() { expect "$1" "$2" "$3" -X POST "$mainbase/v1/images$5" --data-binary "$4"; }
 
+# framing libmicrohttpd lets through or holds, sent raw from threads with a client timeout each
+# (so that a regression fails in seconds, not in --connection-timeout's 600), in the background
+# while the table goes on: NAME CODE FIELD closed|held|reset SECONDS, one line a case
+if [ -n "$PY" ]; then
+    "$PY" - "$port" <<'EOF' >"$dir/framing.log" 2>&1 &
+import re, socket, sys, threading, time
+port = int(sys.argv[1])
+post = b"POST /v1/images HTTP/1.1\r\nHost: x\r\n"
+body = b'{"steps":1}'
+chunks = b"b\r\n" + body + b"\r\n0\r\n\r\n"
+cases = [  # name, bytes, client timeout (s)
+    ("garbage", b"\x00\xff garbage \r\n\r\n", 25),
+    ("te-gzip", post + b"Transfer-Encoding: gzip\r\n\r\n" + body, 5),
+    ("te-chunked-chunked", post + b"Transfer-Encoding: chunked, chunked\r\n\r\n" + chunks, 5),
+    ("te-twice", post + b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n"
+     + chunks, 5),
+    ("te-and-cl", post + b"Transfer-Encoding: chunked\r\nContent-Length: 11\r\n\r\n" + chunks, 5),
+    ("two-cl", post + b"Content-Length: 11\r\nContent-Length: 5\r\n\r\n" + body, 5),
+    ("no-host", b"GET /healthz HTTP/1.1\r\n\r\n", 5),
+    ("two-hosts", b"GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 5),
+    ("http10-no-host", b"GET /healthz HTTP/1.0\r\n\r\n", 5),
+    ("chunked", post + b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + chunks, 5),
+]
+def probe(name, data, timeout):
+    t0 = time.time()
+    out, how = b"", "closed"
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        s.sendall(data)
+        while True:
+            d = s.recv(65536)
+            if not d: break
+            out += d
+    except socket.timeout: how = "held"
+    except OSError: how = "reset"
+    s.close()
+    head, _, rest = out.partition(b"\r\n\r\n")
+    code = head.split(b" ")[1].decode() if head.startswith(b"HTTP/1.") else "none"
+    field = re.search(rb'"field":"([^"]*)"', rest)
+    print("%s %s %s %s %.1f" % (name, code, field.group(1).decode() if field else "-", how,
+                                time.time() - t0), flush=True)
+threads = [threading.Thread(target=probe, args=c) for c in cases]
+for t in threads: t.start()
+for t in threads: t.join()
+EOF
+    framing=$!
+fi
+# framed NAME "CODE FIELD closed" DESCRIPTION: the line of case NAME in framing.log
+framed() {
+    line=`grep "^$1 " "$dir/framing.log"`
+    check "$3 -> $2 (${line:-no line: `tail -n 2 "$dir/framing.log" | tr '\n' ' '`})" \
+        grep -q "^$1 $2 " "$dir/framing.log"
+}
+
 post 400 body "not JSON" '{"n":'
 post 400 body "a JSON array" '[1,2]'
 post 400 body "a JSON string" '"hello"'
@@ -138,8 +192,14 @@ post 400 sampler "sampler ddim" '{"sampler":"ddim"}'
 post 400 id "an id with a slash" '{"id":"../etc/passwd"}'
 post 400 id "an empty id" '{"id":""}'
 post 400 id "an id of 65 characters" "{\"id\":\"`printf '%065d' 0`\"}"
+post 400 id "the id '.' (URL-normalizing clients cannot reach /v1/images/.)" '{"id":"."}'
+post 400 id "the id '..'" '{"id":".."}'
 post 400 wait "?wait=maybe" '{"n":1}' '?wait=maybe'
 post 400 foo "an unknown query argument" '{"n":1}' '?foo=1'
+post 400 query "a query argument without a name (?=1)" '{"steps":1}' '?=1'
+post 400 query "a query argument whose name decodes to a NUL (?%00wait=zz)" '{"steps":1}' \
+    '?%00wait=zz'
+post 400 query "?wait=1%00 (a NUL in a value)" '{"steps":1}' '?wait=1%00'
 printf '{"n":1,"id":"a\000b"}' >"$dir/nul.json"
 expect 400 body "a NUL inside a string" -X POST "$mainbase/v1/images" --data-binary @"$dir/nul.json"
 printf '{"id":"\377\376"}' >"$dir/utf8.json"
@@ -165,6 +225,17 @@ expect 404 path "an unknown path" "$mainbase/nope"
 expect 404 path "the root" "$mainbase/"
 expect 404 path "/v1/images/ with no id" "$mainbase/v1/images/"
 expect 404 path "a path with .. in it" --path-as-is "$mainbase/v1/images/../../etc/passwd"
+expect 400 id "GET /v1/images/." --path-as-is "$mainbase/v1/images/."
+expect 400 id "GET /v1/images/.." --path-as-is "$mainbase/v1/images/.."
+expect 400 id "GET /v1/images/%2e%2e" "$mainbase/v1/images/%2e%2e"
+expect 404 id "GET /v1/images/... (not a dot-segment)" "$mainbase/v1/images/..."
+# a NUL in the decoded path used to end the URL there: dupid%00junk read request dupid
+curl -s -o /dev/null -X POST "$mainbase/v1/images" -d '{"id":"dupid","steps":1}'
+expect 400 path "GET /v1/images/dupid%00junk (dupid exists)" "$mainbase/v1/images/dupid%00junk"
+expect 400 path "GET /healthz%00x" "$mainbase/healthz%00x"
+expect 400 path "GET /metrics%00" "$mainbase/metrics%00"
+expect 400 path "GET /v1/images%00/dupid" "$mainbase/v1/images%00/dupid"
+expect 400 Host "HTTP/1.1 without Host (curl -H 'Host:')" -H 'Host:' "$mainbase/healthz"
 expect 404 id "an unknown id" "$mainbase/v1/images/no-such-request"
 expect 405 method "DELETE /v1/images" -X DELETE "$mainbase/v1/images"
 expect 405 method "GET /v1/images" "$mainbase/v1/images"
@@ -198,6 +269,21 @@ send(b"GET /healthz HTTP/1.1\r\nHo")
 print("sent")
 EOF
     check "raw garbage, cut requests, bad lengths and chunk sizes sent" grep -q sent "$dir/raw.log"
+fi
+if [ -n "$PY" ]; then
+    wait $framing
+    framed te-gzip "501 Transfer-Encoding closed" "Transfer-Encoding: gzip (was held until the client left)"
+    framed te-chunked-chunked "501 Transfer-Encoding closed" "Transfer-Encoding: chunked, chunked"
+    framed te-twice "501 Transfer-Encoding closed" "two Transfer-Encoding: chunked headers"
+    framed te-and-cl "400 Transfer-Encoding closed" "Transfer-Encoding: chunked beside a Content-Length"
+    framed two-cl "400 Content-Length closed" "Content-Length 11, then 5 (the first won)"
+    framed no-host "400 Host closed" "HTTP/1.1 without Host"
+    framed two-hosts "400 Host closed" "HTTP/1.1 with two Host headers"
+    framed http10-no-host "200 - closed" "HTTP/1.0 without Host"
+    framed chunked "202 - closed" "a chunked body"
+    # libmicrohttpd skips a line that starts with a NUL as a blank one and waits for a request
+    # line: the 10 s a header has ends it, where --connection-timeout (600 s) did
+    framed garbage "none - closed" "a garbage request line, closed unanswered within 25 s"
 fi
 check "the server is alive after the hostile table" [ "`curl -s $mainbase/healthz`" = ok ]
 
