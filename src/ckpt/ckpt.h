@@ -18,6 +18,10 @@ extern "C" {
 /* The root attribute format_version of the files this code writes. */
 #define CKPT_FORMAT_VERSION 1
 
+/* The string attribute of every group of tensors ckpt writes: the group's own path ("model",
+ * "optim/adamw/m"), which a read checks, so that moved or swapped groups are noticed. */
+#define CKPT_GROUP_ATTR "group"
+
 /* One named tensor, C order (row-major), as PyTorch stores it. */
 typedef struct ckpt_tensor {
     const char *name; /* "blocks.3.attn.qkv.weight" (PyTorch state_dict name); no '/' */
@@ -52,14 +56,6 @@ tdl_status_t ckpt_weights_write(const char *path, const ckpt_tensor_t *model,
                                 const ckpt_tensor_t *ema, int count, const ckpt_attr_t *attrs,
                                 int nattrs);
 
-/* Reads /<group>/<name> (group "model" or "ema") into each tensor's data. EVERY dataset's
- * existence, type class, rank and shape are checked against the tensors before any data is
- * read: a missing group or dataset is TDL_ERR_NOT_FOUND, a shape or type that does not fit
- * TDL_ERR_MISMATCH ("model.h5: /model/blocks.3.attn.qkv.weight has shape [96, 32], expected
- * [192, 64]"), a file that is not HDF5, truncated or damaged, or data failing its Fletcher32
- * checksum TDL_ERR_CORRUPT; messages name the file and the dataset. A float dataset of another
- * width (float64) is converted to float32. Extra datasets in the file are ignored. When the
- * data of a dataset cannot be read, the tensors before it have been filled already. */
 /* A further group of tensors in the same file: "optim/adamw/m" (parents are created). */
 typedef struct ckpt_group {
     const char *name;
@@ -74,6 +70,18 @@ tdl_status_t ckpt_file_write(const char *path, const ckpt_tensor_t *model,
                              const ckpt_tensor_t *ema, int count, const ckpt_group_t *extra,
                              int nextra, const ckpt_attr_t *attrs, int nattrs);
 
+/* Reads /<group>/<name> (group "model" or "ema") into each tensor's data. EVERY dataset is
+ * checked against the tensors before any data is read: its existence, its type (float32, either
+ * byte order; no other type is converted), rank and shape, and its storage: chunked with the
+ * Fletcher32 filter, every chunk written with the checksum applied (HDF5 would read a chunk
+ * never written as zeros). A missing group or dataset is TDL_ERR_NOT_FOUND, a shape or type that
+ * does not fit TDL_ERR_MISMATCH ("model.h5: /model/blocks.3.attn.qkv.weight has shape [96, 32],
+ * expected [192, 64]"); a file that is not HDF5, truncated or damaged, a dataset without a
+ * checksum or with chunks missing, a group found under another path than the one it was written
+ * as (CKPT_GROUP_ATTR), or data failing its checksum is TDL_ERR_CORRUPT; messages name the file
+ * and the dataset. Values are not judged (NaN and Inf come back as stored). Extra datasets in
+ * the file are ignored. When the data of a dataset cannot be read, the tensors before it have
+ * been filled already. */
 tdl_status_t ckpt_weights_read(const char *path, const char *group, ckpt_tensor_t *tensors,
                                int count);
 

@@ -410,7 +410,10 @@ static tdl_status_t ckpt_write_group(const char *path, hid_t file, const char *g
     if (group < 0)
         return ckpt_h5_raise(TDL_ERR_IO, "cannot write %s: cannot create the group /%s", path,
                              gname);
-    tdl_status_t st = TDL_OK;
+    /* The group's own path, so that a reader notices groups moved or swapped (/model and /ema
+     * hold the same names and shapes) */
+    const ckpt_attr_t self = {.key = CKPT_GROUP_ATTR, .type = CKPT_ATTR_STRING, .s = gname};
+    tdl_status_t st = ckpt_write_attr(path, group, &self);
     for (int i = 0; i < nattrs && st == TDL_OK; i++)
         st = ckpt_write_attr(path, group, &attrs[i]);
     for (int i = 0; i < count && st == TDL_OK; i++)
@@ -675,6 +678,99 @@ static const char *ckpt_class_str(H5T_class_t c)
     }
 }
 
+/* Whether a dataset holds data tidal wrote and can check: chunked with the Fletcher32 filter
+ * (contiguous data carries no checksum, so a change to it could not be found) and every chunk
+ * written, with the checksum applied. HDF5 reads a dataset or chunk that was never written as
+ * its fill value, zeros, without a word; a chunk allocated when the dataset was created
+ * (H5D_ALLOC_TIME_EARLY) holds the fill value with a valid checksum, so that is refused too.
+ * Looks at metadata only. */
+static tdl_status_t ckpt_dataset_stored(const char *path, const char *gname, const char *name,
+                                        hid_t dset, int rank, const hsize_t *dims)
+{
+    static const char advice[] = "tidal reads only datasets it can check, chunked with the "
+                                 "Fletcher32 filter as it writes them; store it that way (h5py: "
+                                 "create_dataset(name, data=..., fletcher32=True))";
+    tdl_status_t st = TDL_OK;
+    hid_t dcpl = H5Dget_create_plist(dset);
+    H5D_layout_t layout = dcpl >= 0 ? H5Pget_layout(dcpl) : H5D_LAYOUT_ERROR;
+    H5D_alloc_time_t alloc = H5D_ALLOC_TIME_ERROR;
+    hsize_t chunk[4];
+    if (layout < 0 || H5Pget_alloc_time(dcpl, &alloc) < 0 ||
+        (layout == H5D_CHUNKED && H5Pget_chunk(dcpl, rank, chunk) != rank)) {
+        st = ckpt_h5_raise(TDL_ERR_CORRUPT, "%s: cannot read how /%s/%s is stored", path, gname,
+                           name);
+        goto out;
+    }
+    int nfilters = layout == H5D_CHUNKED ? H5Pget_nfilters(dcpl) : 0, fletcher = -1;
+    for (int k = 0; k < nfilters && fletcher < 0; k++) {
+        unsigned flags;
+        size_t ncd = 0;
+        if (H5Pget_filter2(dcpl, (unsigned)k, &flags, &ncd, NULL, 0, NULL, NULL) ==
+            H5Z_FILTER_FLETCHER32)
+            fletcher = k;
+    }
+    if (fletcher < 0) {
+        st = tdl_error_raise(TDL_ERR_CORRUPT, "%s: /%s/%s has no Fletcher32 checksum (%s): %s",
+                             path, gname, name,
+                             layout == H5D_CHUNKED   ? "chunked without the filter"
+                             : layout == H5D_COMPACT ? "a compact dataset"
+                             : layout == H5D_VIRTUAL ? "a virtual dataset"
+                                                     : "a contiguous dataset",
+                             advice);
+        goto out;
+    }
+    if (alloc == H5D_ALLOC_TIME_EARLY) {
+        st = tdl_error_raise(TDL_ERR_CORRUPT,
+                             "%s: /%s/%s was allocated when it was created (H5D_ALLOC_TIME_EARLY), "
+                             "so its chunks may hold the fill value instead of data: %s",
+                             path, gname, name, advice);
+        goto out;
+    }
+    /* Every chunk by its coordinates: a count could include chunks outside the extent. */
+    size_t total = 1, missing = 0, unchecked = 0, first_bad = 0;
+    hsize_t offset[4] = {0, 0, 0, 0};
+    for (int d = 0; d < rank; d++)
+        total *= (size_t)((dims[d] + chunk[d] - 1) / chunk[d]);
+    for (size_t k = 0; k < total; k++) {
+        unsigned mask = 0;
+        haddr_t addr = HADDR_UNDEF;
+        hsize_t size = 0;
+        if (H5Dget_chunk_info_by_coord(dset, offset, &mask, &addr, &size) < 0) {
+            st = ckpt_h5_raise(TDL_ERR_CORRUPT, "%s: cannot look up the chunks of /%s/%s", path,
+                               gname, name);
+            goto out;
+        }
+        bool absent = addr == HADDR_UNDEF || size == 0;
+        bool bare = !absent && (mask & (1u << fletcher)); /* the filter was skipped for it */
+        if ((absent || bare) && !missing && !unchecked)
+            first_bad = k;
+        missing += absent;
+        unchecked += bare;
+        for (int d = rank - 1; d >= 0; d--) { /* the next chunk, C order */
+            offset[d] += chunk[d];
+            if (offset[d] < dims[d])
+                break;
+            offset[d] = 0;
+        }
+    }
+    if (missing)
+        st = tdl_error_raise(TDL_ERR_CORRUPT,
+                             "%s: /%s/%s was %s: %zu of its %zu chunks hold no data (the "
+                             "first: chunk %zu), which HDF5 would read as zeros: the file is "
+                             "incomplete or was edited; use another checkpoint",
+                             path, gname, name,
+                             missing == total ? "never written" : "not written in full", missing,
+                             total, first_bad);
+    else if (unchecked)
+        st = tdl_error_raise(TDL_ERR_CORRUPT,
+                             "%s: /%s/%s: %zu of its %zu chunks stored without the Fletcher32 "
+                             "checksum (the filter skipped; the first: chunk %zu): %s",
+                             path, gname, name, unchecked, total, first_bad, advice);
+out:
+    ckpt_h5_close(&dcpl);
+    return st;
+}
+
 /* Opens /<gname>/<t->name> and checks it against the tensor, without reading data. */
 static tdl_status_t ckpt_open_dataset(const char *path, hid_t group, const char *gname,
                                       const ckpt_tensor_t *t, hid_t *dset_out)
@@ -708,6 +804,21 @@ static tdl_status_t ckpt_open_dataset(const char *path, hid_t group, const char 
                              gname, t->name, ckpt_class_str(cls));
         goto err;
     }
+    /* Only float32, in either byte order (swapping bytes is exact): a float64 tensor would be
+     * rounded, a float16 or bfloat16 one is not the weights that were trained. */
+    if (H5Tequal(type, H5T_IEEE_F32LE) <= 0 && H5Tequal(type, H5T_IEEE_F32BE) <= 0) {
+        size_t bits = 8 * H5Tget_size(type);
+        char what[64];
+        if (bits == 32)
+            snprintf(what, sizeof(what), "a 32-bit floating-point type that is not IEEE float32");
+        else
+            snprintf(what, sizeof(what), "%zu-bit floating-point data", bits);
+        st = tdl_error_raise(TDL_ERR_MISMATCH,
+                             "%s: /%s/%s holds %s, expected float32: tidal converts no other "
+                             "type; store the tensor as float32 (numpy: .astype('float32'))",
+                             path, gname, t->name, what);
+        goto err;
+    }
     hsize_t dims[H5S_MAX_RANK], want[4];
     int rank = H5Sget_simple_extent_ndims(space);
     if (rank < 0 || rank > H5S_MAX_RANK || H5Sget_simple_extent_dims(space, dims, NULL) < 0) {
@@ -726,6 +837,8 @@ static tdl_status_t ckpt_open_dataset(const char *path, hid_t group, const char 
                              ckpt_shape_str(want_s, sizeof(want_s), t->ndim, want));
         goto err;
     }
+    if ((st = ckpt_dataset_stored(path, gname, t->name, obj, rank, dims)) != TDL_OK)
+        goto err;
     ckpt_h5_close(&space);
     ckpt_h5_close(&type);
     *dset_out = obj;
@@ -784,6 +897,43 @@ static tdl_status_t ckpt_open_group(const char *path, hid_t file, const char *gr
     }
     *group_out = obj;
     return TDL_OK;
+}
+
+static tdl_status_t ckpt_attr_copy_string(const char *path, const char *key, hid_t attr, hid_t type,
+                                          char **out);
+
+/* A group tidal wrote names itself (CKPT_GROUP_ATTR): one found under another path was moved
+ * there, as when /model and /ema are swapped. Groups without the attribute (files of tidal
+ * before it, or made by hand) are taken as they are. */
+static tdl_status_t ckpt_group_identity(const char *path, hid_t grp, const char *group)
+{
+    htri_t exists = H5Aexists(grp, CKPT_GROUP_ATTR);
+    if (exists < 0)
+        return ckpt_h5_raise(TDL_ERR_CORRUPT, "%s: cannot look up the attribute %s of /%s", path,
+                             CKPT_GROUP_ATTR, group);
+    if (exists == 0)
+        return TDL_OK;
+    char key[300], *name = NULL;
+    snprintf(key, sizeof(key), "%s/%s", group, CKPT_GROUP_ATTR);
+    tdl_status_t st = TDL_OK;
+    hid_t attr = H5Aopen(grp, CKPT_GROUP_ATTR, H5P_DEFAULT);
+    hid_t type = attr >= 0 ? H5Aget_type(attr) : H5I_INVALID_HID;
+    if (type < 0)
+        st = ckpt_h5_raise(TDL_ERR_CORRUPT, "%s: cannot open the attribute %s", path, key);
+    else if (H5Tget_class(type) != H5T_STRING)
+        st = tdl_error_raise(TDL_ERR_CORRUPT, "%s: the attribute %s is not a string", path, key);
+    else
+        st = ckpt_attr_copy_string(path, key, attr, type, &name);
+    if (st == TDL_OK && strcmp(name, group) != 0)
+        st = tdl_error_raise(TDL_ERR_CORRUPT,
+                             "%s: /%s holds the tensors tidal wrote as /%s (its attribute %s): the "
+                             "groups were moved or swapped; move them back (h5py: f.move(a, b)) or "
+                             "use another checkpoint",
+                             path, group, name, CKPT_GROUP_ATTR);
+    free(name);
+    ckpt_h5_close(&type);
+    ckpt_h5_close(&attr);
+    return st;
 }
 
 /* Reads a dataset written the way ckpt_write_dataset writes (float32 little-endian, our chunk
@@ -864,6 +1014,8 @@ static tdl_status_t ckpt_weights_read_unlocked(const char *path, const char *gro
     st = ckpt_open_read(path, &file);
     if (st == TDL_OK)
         st = ckpt_open_group(path, file, group, &grp);
+    if (st == TDL_OK)
+        st = ckpt_group_identity(path, grp, group);
     /* Every shape first: a model that does not fit is refused before any tensor changes. */
     for (int i = 0; st == TDL_OK && i < count; i++) {
         st = ckpt_open_dataset(path, grp, group, &tensors[i], &dsets[i]);

@@ -12,7 +12,7 @@
 static const tdl_param_def_t generate_params[] = {
     {"ckpt", TDL_PARAM_STRING, NULL, "weights file written by tidal train (HDF5)", NULL, 1, 0},
     {"class", TDL_PARAM_INT, "-1",
-     "class label of every image (-1: cycle through the classes; the null class: unconditional)",
+     "class label of every image, 0 to the model's classes - 1 (-1: cycle through the classes)",
      NULL, -1, 1e6},
     {"n", TDL_PARAM_INT, "16", "number of images", NULL, 1, 4096},
     {"steps", TDL_PARAM_INT, "50", "sampler steps", NULL, 1, 10000},
@@ -42,9 +42,28 @@ static int generate_run(tdl_params_t *params, int npos, char **pos)
     int res = (int)tdl_param_int(params, "resolution");
     const char *output = tdl_param_str(params, "output");
     int batch = TDL_MIN(2 * n, 64);
+    /* the configuration first: a label the model does not know is refused before the weights
+     * are read and a device is opened */
+    dit_config_t cfg;
+    tdl_status_t st = train_weights_config(ckpt, &cfg);
+    if (st != TDL_OK) {
+        fprintf(stderr, "tidal: generate: %s\n", tdl_error_get());
+        return CLI_EXIT_FAILURE;
+    }
+    if (res) {
+        dit_config_t at = cfg;
+        at.input_size = res;
+        if (dit_config_check(&at) != TDL_OK)
+            return cli_usage_error("--resolution %d: %s", res, tdl_error_get());
+    }
+    if (label >= cfg.num_classes)
+        return cli_usage_error("--class %d is outside -1 to %d: %s (%s) has %d classes, 0 to %d "
+                               "(-1 cycles through them)",
+                               label, cfg.num_classes - 1, ckpt, cfg.name, cfg.num_classes,
+                               cfg.num_classes - 1);
     dit_model_t *m;
     struct dit_backend *be;
-    tdl_status_t st = dit_backend_open(tdl_param_str(params, "device"), -1, &be);
+    st = dit_backend_open(tdl_param_str(params, "device"), -1, &be);
     if (st == TDL_OK)
         st = train_weights_load_on(ckpt, tdl_param_str(params, "weights"), batch, res, be, &m);
     if (st != TDL_OK) {
@@ -55,11 +74,6 @@ static int generate_run(tdl_params_t *params, int npos, char **pos)
     const dit_config_t *c = &m->config;
     if (!res)
         res = c->input_size;
-    if (label > c->num_classes) {
-        rc = cli_usage_error("--class %d is outside [-1, %d] for %s", label, c->num_classes,
-                             c->name);
-        goto out;
-    }
     int *labels = malloc((size_t)n * sizeof(int));
     float *img = malloc((size_t)n * c->in_channels * res * res * sizeof(float));
     if (!labels || !img) {

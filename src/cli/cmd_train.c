@@ -193,6 +193,12 @@ static int train_run(tdl_params_t *params, int npos, char **pos)
     dit_config_t probe;
     if (dit_config_named(o.model, &probe) != TDL_OK)
         return cli_usage_error("--model: %s", tdl_error_get());
+    /* the model's check of a resolution, before start-up: 33 is not a multiple of a patch */
+    if (o.resolution) {
+        probe.input_size = o.resolution;
+        if (dit_config_check(&probe) != TDL_OK)
+            return cli_usage_error("--resolution %d: %s", o.resolution, tdl_error_get());
+    }
     if (o.micro_batch > o.batch)
         o.micro_batch = o.batch;
 

@@ -2,6 +2,7 @@
  * and the Fashion-MNIST default. */
 #include "config.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -72,27 +73,112 @@ tdl_status_t dit_config_named(const char *name, dit_config_t *config_out)
     return TDL_OK;
 }
 
+/* The sizes tidal's DiT supports. They lie far beyond any real DiT (DiT-XL: hidden 1152, depth
+ * 28, 1000 classes) and keep every tensor dimension, and the count of parameters, far from
+ * overflowing an int or memory: a configuration read from a file is held to them before anything
+ * is allocated. */
+typedef struct {
+    const char *field;
+    size_t offset;
+    int min, max;
+} dit_int_field_t;
+
+static const dit_int_field_t int_fields[] = {
+    {"input_size", offsetof(dit_config_t, input_size), 1, 4096},
+    {"patch_size", offsetof(dit_config_t, patch_size), 1, 64},
+    {"in_channels", offsetof(dit_config_t, in_channels), 1, 1024},
+    {"hidden_size", offsetof(dit_config_t, hidden_size), 4, 16384},
+    {"depth", offsetof(dit_config_t, depth), 1, 1024},
+    {"num_heads", offsetof(dit_config_t, num_heads), 1, 1024},
+    {"num_classes", offsetof(dit_config_t, num_classes), 1, 1000000},
+};
+
+#define DIT_MLP_RATIO_MAX 64.0
+/* 16 GiB a copy in float32; DiT-XL/2 has 675 M */
+#define DIT_PARAMS_MAX 4294967296.0
+
+static const dit_int_field_t *int_field(const char *field)
+{
+    for (size_t i = 0; i < TDL_ARRAY_SIZE(int_fields); i++)
+        if (!strcmp(int_fields[i].field, field))
+            return &int_fields[i];
+    return NULL;
+}
+
+tdl_status_t dit_config_set_int(dit_config_t *c, const char *field, int64_t value)
+{
+    const dit_int_field_t *f = int_field(field);
+    if (!f)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "DiT config: no size field '%s'", field);
+    if (value < f->min || value > f->max)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                               "%s = %lld is outside %d to %d, the sizes tidal's DiT supports",
+                               field, (long long)value, f->min, f->max);
+    *(int *)((char *)c + f->offset) = (int)value;
+    return TDL_OK;
+}
+
+tdl_status_t dit_config_set_double(dit_config_t *c, const char *field, double value)
+{
+    bool mlp = !strcmp(field, "mlp_ratio");
+    if (!mlp && strcmp(field, "class_dropout_prob") != 0)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "DiT config: no real-valued field '%s'", field);
+    /* written as !(inside) so that NaN is outside too */
+    if (mlp ? !(value > 0 && value <= DIT_MLP_RATIO_MAX) : !(value >= 0 && value < 1))
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "%s = %g is outside %s", field, value,
+                               mlp ? "(0, 64]" : "[0, 1)");
+    *(mlp ? &c->mlp_ratio : &c->class_dropout_prob) = value;
+    return TDL_OK;
+}
+
+/* What params_layout (model.c) allocates, in double: it must not overflow to be compared. */
+static double config_params(const dit_config_t *c)
+{
+    double d = c->hidden_size, mh = dit_config_mlp_hidden(c);
+    double pd = (double)c->patch_size * c->patch_size * c->in_channels;
+    double embed = d * pd + d + d * DIT_FREQ_DIM + d + d * d + d + (c->num_classes + 1.0) * d;
+    double block = 3 * d * d + 3 * d + d * d + d + 2 * mh * d + mh + d + 6 * d * d + 6 * d;
+    return embed + c->depth * block + pd * d + pd + 2 * d * d + 2 * d;
+}
+
 tdl_status_t dit_config_check(const dit_config_t *c)
 {
-    if (c->patch_size < 1 || c->in_channels < 1 || c->depth < 1 || c->num_heads < 1 ||
-        c->num_classes < 1 || c->input_size < c->patch_size)
-        return tdl_error_raise(TDL_ERR_INVALID_ARG,
-                               "DiT config '%s': sizes must be positive (patch %d, channels %d, "
-                               "depth %d, heads %d, classes %d, input %d)",
-                               c->name, c->patch_size, c->in_channels, c->depth, c->num_heads,
-                               c->num_classes, c->input_size);
+    for (size_t i = 0; i < TDL_ARRAY_SIZE(int_fields); i++) {
+        const dit_int_field_t *f = &int_fields[i];
+        int v = *(const int *)((const char *)c + f->offset);
+        if (v < f->min || v > f->max)
+            return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                                   "DiT config '%s': %s = %d is outside %d to %d, the sizes "
+                                   "tidal's DiT supports",
+                                   c->name, f->field, v, f->min, f->max);
+    }
+    dit_config_t copy = *c;
+    tdl_status_t st = dit_config_set_double(&copy, "mlp_ratio", c->mlp_ratio);
+    if (st == TDL_OK)
+        st = dit_config_set_double(&copy, "class_dropout_prob", c->class_dropout_prob);
+    if (st != TDL_OK)
+        return tdl_error_raise(st, "DiT config '%s': %s", c->name, tdl_error_get());
     if (c->hidden_size % c->num_heads != 0 || c->hidden_size % 4 != 0)
         return tdl_error_raise(TDL_ERR_INVALID_ARG,
-                               "DiT config '%s': hidden size %d must be a multiple of 4 and of "
-                               "the %d heads",
+                               "DiT config '%s': hidden_size %d must be a multiple of 4 and of "
+                               "num_heads %d",
                                c->name, c->hidden_size, c->num_heads);
-    if (c->input_size % c->patch_size != 0)
+    if (c->input_size < c->patch_size || c->input_size % c->patch_size != 0)
         return tdl_error_raise(TDL_ERR_INVALID_ARG,
-                               "DiT config '%s': input size %d is not a multiple of patch %d",
+                               "DiT config '%s': input_size %d is not a multiple of patch_size %d",
                                c->name, c->input_size, c->patch_size);
-    if (c->mlp_ratio <= 0 || c->class_dropout_prob < 0 || c->class_dropout_prob >= 1)
+    if (dit_config_mlp_hidden(c) < 1)
         return tdl_error_raise(TDL_ERR_INVALID_ARG,
-                               "DiT config '%s': mlp_ratio %g or class dropout %g out of range",
-                               c->name, c->mlp_ratio, c->class_dropout_prob);
+                               "DiT config '%s': hidden_size %d times mlp_ratio %g leaves the MLP "
+                               "no width",
+                               c->name, c->hidden_size, c->mlp_ratio);
+    double np = config_params(c);
+    if (np > DIT_PARAMS_MAX)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                               "DiT config '%s': %.3g parameters (hidden_size %d, depth %d, "
+                               "mlp_ratio %g, num_classes %d) are more than the %.3g tidal's DiT "
+                               "supports",
+                               c->name, np, c->hidden_size, c->depth, c->mlp_ratio, c->num_classes,
+                               DIT_PARAMS_MAX);
     return TDL_OK;
 }

@@ -30,8 +30,15 @@ typedef struct dit_config {
 
 /* "tiny", "fmnist", and the reference's "DiT-S/2" ... "DiT-XL/8" (also "S/2" ...). */
 tdl_status_t dit_config_named(const char *name, dit_config_t *config_out);
-/* Checks divisibility and ranges; the error names the field. */
+/* Checks divisibility and ranges (every size within the limits tidal's DiT supports, the count
+ * of parameters too); the error names the field. */
 tdl_status_t dit_config_check(const dit_config_t *config);
+/* Sets the int field `field` ("hidden_size", "num_classes", ...) to value, or the real one
+ * ("mlp_ratio", "class_dropout_prob"), after checking it against those limits, so that a value
+ * read as int64 or double is judged before it is narrowed; the error names the field and the
+ * limits ("hidden_size = 1000000000 is outside 4 to 16384, ..."). */
+tdl_status_t dit_config_set_int(dit_config_t *config, const char *field, int64_t value);
+tdl_status_t dit_config_set_double(dit_config_t *config, const char *field, double value);
 /* The names dit_config_named knows, for --help: "tiny|fmnist|DiT-S/2|..." */
 const char *dit_config_names(void);
 int dit_config_mlp_hidden(const dit_config_t *config);

@@ -179,8 +179,15 @@ tdl_status_t train_trainer_val_loss(train_trainer_t *tr, gfc_group_t *group, int
  * attributes; atomic (a crash leaves the old file or none). */
 tdl_status_t train_weights_save(const char *path, const dit_model_t *model, const float *ema,
                                 int64_t step);
-/* Builds the model the file describes (sized for max_batch images of up to max_resolution, 0:
- * its training resolution) and loads group "model" or "ema", checking every shape first. */
+/* The model configuration the file's root attributes describe, every one checked before
+ * anything is allocated: format_version present and one this tidal reads, model a name, each
+ * size within the limits of dit_config_check, learn_sigma and t_scale (when present) tidal's.
+ * Refusals (TDL_ERR_CORRUPT; TDL_ERR_MISMATCH for a newer format_version or another kind of DiT)
+ * name the file and the attribute. What every loader reads a configuration with. */
+tdl_status_t train_weights_config(const char *path, dit_config_t *config_out);
+/* Builds the model the file describes (train_weights_config; sized for max_batch images of up to
+ * max_resolution, 0: its training resolution) and loads group "model" or "ema", checking every
+ * shape and how each dataset is stored first, then refusing NaN and Inf (train_tensors_read). */
 tdl_status_t train_weights_load(const char *path, const char *group, int max_batch,
                                 int max_resolution, dit_model_t **model_out);
 /* The same on a backend (dit_backend_open; NULL: the CPU), which the model owns from then on;

@@ -11,5 +11,22 @@ ckpt_tensor_t *train_tensors_of(const dit_model_t *m, float *base);
  * (TRAIN_CONFIG_ATTRS). */
 #define TRAIN_CONFIG_ATTRS 12
 int train_config_attrs(const dit_config_t *c, ckpt_attr_t *attrs);
+/* The whole configuration as the JSON of the attribute config_json, malloc'd (NULL: no memory). */
+char *train_config_json(const dit_config_t *c);
+
+/* Reads /<group> of the file into base (m's layout: one tensor per parameter) and refuses a NaN
+ * or Inf, naming the tensor and the element: how every loader, verify and diff read tensors. */
+tdl_status_t train_tensors_read(const char *path, const char *group, const dit_model_t *m,
+                                float *base);
+
+/* The training state of a checkpoint (the attributes of /train, and the root step), each checked:
+ * steps from 0 to TRAIN_STEPS_MAX, no more optimizer steps than steps, a data cursor >= 0, a loss
+ * history of 0 to TRAIN_LOSS_HISTORY rows, the root step equal to /train's. What the resume and
+ * verify read. */
+#define TRAIN_STEPS_MAX 1000000000000LL /* the most --steps allows */
+typedef struct train_ckpt_attrs {
+    int64_t step, adamw_step, epoch, pos, rows;
+} train_ckpt_attrs_t;
+tdl_status_t train_checkpoint_attrs_read(const char *path, train_ckpt_attrs_t *out);
 
 #endif /* TIDAL_TRAIN_INTERNAL_H */

@@ -26,7 +26,7 @@ ckpt_tensor_t *train_tensors_of(const dit_model_t *m, float *base)
     return t;
 }
 
-static char *config_json(const dit_config_t *c)
+char *train_config_json(const dit_config_t *c)
 {
     json_t *j = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:i, s:f, s:b, s:f}", "name",
                           c->name, "input_size", c->input_size, "patch_size", c->patch_size,
@@ -65,7 +65,7 @@ tdl_status_t train_weights_save(const char *path, const dit_model_t *m, const fl
     const dit_config_t *c = &m->config;
     ckpt_tensor_t *model = train_tensors_of(m, m->params);
     ckpt_tensor_t *emat = ema ? train_tensors_of(m, (float *)ema) : NULL;
-    char *json = config_json(c);
+    char *json = train_config_json(c);
     tdl_status_t st;
     if (!model || (ema && !emat) || !json) {
         st = tdl_error_raise(TDL_ERR_NOMEM, "saving %s: out of memory", path);
@@ -83,58 +83,164 @@ out:
     return st;
 }
 
+/* What a refusal of the configuration tells the user to do. */
+#define CONFIG_ADVICE "the file is damaged or was not written by tidal; use another checkpoint"
+
+/* A configuration attribute missing or of another type: ckpt's message names the file and the
+ * attribute. An error of the system (I/O, memory) stays what it is. */
+static tdl_status_t config_refuse(tdl_status_t st)
+{
+    return tdl_error_raise(st == TDL_ERR_IO || st == TDL_ERR_NOMEM ? st : TDL_ERR_CORRUPT, "%s: %s",
+                           tdl_error_get(), CONFIG_ADVICE);
+}
+
+tdl_status_t train_weights_config(const char *path, dit_config_t *config_out)
+{
+    if (!path || !*path)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                               "no checkpoint file given (the path is empty): give a weights file "
+                               "or checkpoint written by tidal train");
+    /* the file itself first (missing, not HDF5, truncated), so that a missing attribute below is
+     * one the file lacks */
+    bool has_model;
+    tdl_status_t st = ckpt_weights_has_group(path, "model", &has_model);
+    if (st != TDL_OK)
+        return st;
+    /* a file from a newer tidal may mean something else by the same names: refuse it, and a file
+     * without a version is none of tidal's */
+    int64_t version = 0;
+    if ((st = ckpt_attr_read_int(path, "format_version", &version)) != TDL_OK)
+        return config_refuse(st);
+    if (version < 1 || version > CKPT_FORMAT_VERSION)
+        return tdl_error_raise(TDL_ERR_MISMATCH,
+                               "%s has format_version %lld; this tidal reads version %d (a newer "
+                               "tidal wrote it, or it is damaged): read it with the tidal that "
+                               "wrote it",
+                               path, (long long)version, CKPT_FORMAT_VERSION);
+    dit_config_t c;
+    memset(&c, 0, sizeof(c));
+    char *name = NULL;
+    if ((st = ckpt_attr_read_string(path, "model", &name)) != TDL_OK)
+        return config_refuse(st);
+    if (!*name || strlen(name) >= sizeof(c.name)) {
+        st = tdl_error_raise(TDL_ERR_CORRUPT,
+                             "%s: the attribute model is '%.40s', not a model name of 1 to %zu "
+                             "characters: %s",
+                             path, name, sizeof(c.name) - 1, CONFIG_ADVICE);
+        free(name);
+        return st;
+    }
+    snprintf(c.name, sizeof(c.name), "%s", name);
+    free(name);
+    /* as stored (int64, double), judged against the DiT's limits before they are narrowed:
+     * nothing is allocated for a size no file of tidal's holds */
+    static const char *const ints[] = {"input_size", "patch_size", "in_channels", "hidden_size",
+                                       "depth",      "num_heads",  "num_classes"};
+    static const char *const reals[] = {"mlp_ratio", "class_dropout_prob"};
+    for (size_t i = 0; i < TDL_ARRAY_SIZE(ints); i++) {
+        int64_t v;
+        if ((st = ckpt_attr_read_int(path, ints[i], &v)) != TDL_OK)
+            return config_refuse(st);
+        if ((st = dit_config_set_int(&c, ints[i], v)) != TDL_OK)
+            return tdl_error_raise(TDL_ERR_CORRUPT, "%s: the attribute %s: %s", path,
+                                   tdl_error_get(), CONFIG_ADVICE);
+    }
+    for (size_t i = 0; i < TDL_ARRAY_SIZE(reals); i++) {
+        double v;
+        if ((st = ckpt_attr_read_double(path, reals[i], &v)) != TDL_OK)
+            return config_refuse(st);
+        if ((st = dit_config_set_double(&c, reals[i], v)) != TDL_OK)
+            return tdl_error_raise(TDL_ERR_CORRUPT, "%s: the attribute %s: %s", path,
+                                   tdl_error_get(), CONFIG_ADVICE);
+    }
+    if ((st = dit_config_check(&c)) != TDL_OK)
+        return tdl_error_raise(TDL_ERR_CORRUPT, "%s: %s: %s", path, tdl_error_get(), CONFIG_ADVICE);
+    /* optional (a file made by hand may leave them out), but present they must be tidal's DiT */
+    int64_t sigma = 0;
+    double t_scale = DIT_T_SCALE;
+    if ((st = ckpt_attr_read_int(path, "learn_sigma", &sigma)) != TDL_OK && st != TDL_ERR_NOT_FOUND)
+        return config_refuse(st);
+    if (sigma != 0)
+        return tdl_error_raise(TDL_ERR_MISMATCH,
+                               "%s: the attribute learn_sigma is %lld: tidal's DiT predicts no "
+                               "variance (learn_sigma = 0) and cannot run this model",
+                               path, (long long)sigma);
+    if ((st = ckpt_attr_read_double(path, "t_scale", &t_scale)) != TDL_OK &&
+        st != TDL_ERR_NOT_FOUND)
+        return config_refuse(st);
+    if (t_scale != DIT_T_SCALE)
+        return tdl_error_raise(TDL_ERR_MISMATCH,
+                               "%s: the attribute t_scale is %g: tidal's DiT embeds t * %g and "
+                               "would misread this model's time steps",
+                               path, t_scale, (double)DIT_T_SCALE);
+    *config_out = c;
+    return TDL_OK;
+}
+
+/* Whether any of n floats is NaN or Inf (all exponent bits set): integer operations without an
+ * early exit, which the compiler vectorizes, so the scan costs little next to the read. */
+static bool any_nonfinite(const float *x, size_t n)
+{
+    uint32_t bad = 0;
+    for (size_t j = 0; j < n; j++) {
+        uint32_t u;
+        memcpy(&u, &x[j], sizeof(u));
+        bad |= (u & 0x7f800000u) == 0x7f800000u;
+    }
+    return bad != 0;
+}
+
+tdl_status_t train_tensors_read(const char *path, const char *group, const dit_model_t *m,
+                                float *base)
+{
+    ckpt_tensor_t *t = train_tensors_of(m, base);
+    if (!t)
+        return tdl_error_raise(TDL_ERR_NOMEM, "reading %s: out of memory", path);
+    tdl_status_t st = ckpt_weights_read(path, group, t, m->ninfos);
+    free(t);
+    /* No good checkpoint holds NaN or Inf: a model that diverged, or data damaged before its
+     * checksum was computed. Every loader refuses it, as verify does. */
+    for (int k = 0; k < m->ninfos && st == TDL_OK; k++) {
+        const dit_param_info_t *info = &m->infos[k];
+        const float *x = base + info->offset;
+        if (!any_nonfinite(x, info->numel))
+            continue;
+        size_t j = 0;
+        while (isfinite(x[j]))
+            j++;
+        st = tdl_error_raise(TDL_ERR_CORRUPT,
+                             "%s: /%s/%s holds %s at element %zu: the weights are not usable "
+                             "(training diverged, or the file was edited); use an earlier "
+                             "checkpoint",
+                             path, group, info->name, isnan(x[j]) ? "NaN" : "Inf", j);
+    }
+    return st;
+}
+
 /* *be passes to the model once it is made (then *be = NULL). */
 static tdl_status_t weights_load(const char *path, const char *group, int max_batch,
                                  int max_resolution, struct dit_backend **be,
                                  dit_model_t **model_out)
 {
     dit_config_t c;
-    memset(&c, 0, sizeof(c));
-    char *name = NULL;
-    int64_t v[8];
-    double mlp, drop;
-    static const char *const keys[] = {"input_size", "patch_size", "in_channels", "hidden_size",
-                                       "depth",      "num_heads",  "num_classes"};
-    /* a file from a newer tidal may mean something else by the same names: refuse it */
-    int64_t version = 0;
-    tdl_status_t st = ckpt_attr_read_int(path, "format_version", &version);
-    if (st == TDL_ERR_NOT_FOUND) /* written by h5py by hand: the layout of version 1 */
-        st = TDL_OK, version = 1;
-    if (st == TDL_OK && (version < 1 || version > CKPT_FORMAT_VERSION))
-        return tdl_error_raise(TDL_ERR_MISMATCH,
-                               "%s has format_version %lld; this tidal reads version %d (a newer "
-                               "tidal wrote it, or it is damaged)",
-                               path, (long long)version, CKPT_FORMAT_VERSION);
-    if (st == TDL_OK)
-        st = ckpt_attr_read_string(path, "model", &name);
-    for (size_t i = 0; st == TDL_OK && i < TDL_ARRAY_SIZE(keys); i++)
-        st = ckpt_attr_read_int(path, keys[i], &v[i]);
-    if (st == TDL_OK)
-        st = ckpt_attr_read_double(path, "mlp_ratio", &mlp);
-    if (st == TDL_OK)
-        st = ckpt_attr_read_double(path, "class_dropout_prob", &drop);
-    if (st != TDL_OK) {
-        free(name);
+    tdl_status_t st = train_weights_config(path, &c);
+    if (st != TDL_OK)
         return st;
-    }
-    snprintf(c.name, sizeof(c.name), "%s", name);
-    free(name);
-    c.input_size = (int)v[0], c.patch_size = (int)v[1], c.in_channels = (int)v[2];
-    c.hidden_size = (int)v[3], c.depth = (int)v[4], c.num_heads = (int)v[5];
-    c.num_classes = (int)v[6], c.mlp_ratio = mlp, c.class_dropout_prob = drop;
-    if ((st = dit_config_check(&c)) != TDL_OK)
-        return tdl_error_raise(st, "%s: %s", path, tdl_error_get());
     dit_model_t *m;
     if ((st = dit_model_create_on(&c, max_batch, max_resolution ? max_resolution : c.input_size,
                                   *be, &m)) != TDL_OK) {
         *be = NULL; /* closed by dit_model_create_on */
+        /* a size within the limits may still not fit this machine: say which file asked */
+        if (st == TDL_ERR_NOMEM)
+            st = tdl_error_raise(st,
+                                 "%s describes a model (%s: hidden_size %d, depth %d, num_classes "
+                                 "%d) that does not fit in memory here: %s",
+                                 path, c.name, c.hidden_size, c.depth, c.num_classes,
+                                 tdl_error_get());
         return st;
     }
     *be = NULL;
-    ckpt_tensor_t *t = train_tensors_of(m, m->params);
-    st = t ? ckpt_weights_read(path, group, t, m->ninfos)
-           : tdl_error_raise(TDL_ERR_NOMEM, "loading %s: out of memory", path);
-    free(t);
+    st = train_tensors_read(path, group, m, m->params);
     dit_model_params_changed(m);
     if (st != TDL_OK) {
         dit_model_free(m);
@@ -171,52 +277,33 @@ tdl_status_t train_checkpoint_verify(const char *path, char *summary, size_t siz
     tdl_status_t st = train_weights_load(path, "model", 1, 0, &m);
     if (st != TDL_OK)
         return st;
-    /* Every group present is read in full (that checks the checksums) and scanned for NaN and
-     * Inf, which no good checkpoint holds. */
+    /* Every group present is read in full with the loaders' own checks (storage, checksums,
+     * NaN and Inf), and the training state with the resume's. */
     float *scratch = tensor_alloc(m->num_params);
-    ckpt_tensor_t *t = scratch ? train_tensors_of(m, scratch) : NULL;
     char found[160] = "model";
-    if (!t)
+    if (!scratch)
         st = tdl_error_raise(TDL_ERR_NOMEM, "verifying %s: out of memory", path);
-    for (size_t i = 0; st == TDL_OK && i <= TDL_ARRAY_SIZE(train_groups); i++) {
-        const char *g = i ? train_groups[i - 1][1] : "model";
+    for (size_t i = 0; st == TDL_OK && i < TDL_ARRAY_SIZE(train_groups); i++) {
         bool has = true;
-        if (i && ((st = ckpt_weights_has_group(path, train_groups[i - 1][0], &has)) != TDL_OK ||
-                  !has))
+        if ((st = ckpt_weights_has_group(path, train_groups[i][0], &has)) != TDL_OK || !has)
             continue;
-        if (i && (st = ckpt_weights_read(path, g, t, m->ninfos)) != TDL_OK)
-            break;
-        const float *data = i ? scratch : m->params;
-        for (int k = 0; k < m->ninfos && st == TDL_OK; k++) {
-            const dit_param_info_t *info = &m->infos[k];
-            for (size_t j = 0; j < info->numel; j++)
-                if (!isfinite(data[info->offset + j])) {
-                    st = tdl_error_raise(TDL_ERR_CORRUPT,
-                                         "%s: /%s/%s holds %s at element %zu: the weights are "
-                                         "not usable",
-                                         path, g, info->name,
-                                         isnan(data[info->offset + j]) ? "NaN" : "Inf", j);
-                    break;
-                }
-        }
-        if (st == TDL_OK && i) {
+        if ((st = train_tensors_read(path, train_groups[i][1], m, scratch)) == TDL_OK) {
             size_t len = strlen(found);
-            snprintf(found + len, sizeof(found) - len, ", %s", g);
+            snprintf(found + len, sizeof(found) - len, ", %s", train_groups[i][1]);
         }
     }
     bool train = false;
     if (st == TDL_OK && (st = ckpt_weights_has_group(path, "train", &train)) == TDL_OK && train) {
-        int64_t rows;
-        if ((st = ckpt_attr_read_int(path, "train/loss_history_rows", &rows)) == TDL_OK &&
-            (rows < 0 || rows > TRAIN_LOSS_HISTORY))
-            st = tdl_error_raise(TDL_ERR_CORRUPT, "%s: /train/loss_history_rows is %lld", path,
-                                 (long long)rows);
+        train_ckpt_attrs_t a;
         float hist[TRAIN_LOSS_HISTORY][2];
-        ckpt_tensor_t lh = {.name = "loss_history",
-                            .ndim = 2,
-                            .shape = {(int)TDL_MAX(st == TDL_OK ? rows : 1, 1), 2},
-                            .data = &hist[0][0]};
-        if (st == TDL_OK && (st = ckpt_weights_read(path, "train", &lh, 1)) == TDL_OK) {
+        if ((st = train_checkpoint_attrs_read(path, &a)) == TDL_OK) {
+            ckpt_tensor_t lh = {.name = "loss_history",
+                                .ndim = 2,
+                                .shape = {(int)TDL_MAX(a.rows, 1), 2},
+                                .data = &hist[0][0]};
+            st = ckpt_weights_read(path, "train", &lh, 1);
+        }
+        if (st == TDL_OK) {
             size_t len = strlen(found);
             snprintf(found + len, sizeof(found) - len, ", train");
         }
@@ -227,7 +314,6 @@ tdl_status_t train_checkpoint_verify(const char *path, char *summary, size_t siz
     if (st == TDL_OK)
         snprintf(summary, size, "%s: %s, %zu parameters, step %lld, groups %s: ok", path,
                  m->config.name, m->num_params, (long long)step, found);
-    free(t);
     free(scratch);
     dit_model_free(m);
     return st;
@@ -319,9 +405,8 @@ tdl_status_t train_checkpoint_diff(const char *a, const char *b, FILE *out, doub
     }
     size_t np = ma->num_params;
     float *x = tensor_alloc(np), *y = tensor_alloc(np);
-    ckpt_tensor_t *tx = x ? train_tensors_of(ma, x) : NULL, *ty = y ? train_tensors_of(ma, y) : NULL;
     double largest = 0;
-    if (!tx || !ty)
+    if (!x || !y)
         st = tdl_error_raise(TDL_ERR_NOMEM, "ckpt diff: out of memory");
     fprintf(out, "%-10s %-40s %12s %12s\n", "group", "tensor", "max |a - b|", "max |a|");
     for (size_t gi = 0; st == TDL_OK && gi <= TDL_ARRAY_SIZE(train_groups); gi++) {
@@ -335,8 +420,8 @@ tdl_status_t train_checkpoint_diff(const char *a, const char *b, FILE *out, doub
                 fprintf(out, "%-10s only in %s\n", g, ha ? a : b);
             continue;
         }
-        if ((st = ckpt_weights_read(a, g, tx, ma->ninfos)) != TDL_OK ||
-            (st = ckpt_weights_read(b, g, ty, ma->ninfos)) != TDL_OK)
+        if ((st = train_tensors_read(a, g, ma, x)) != TDL_OK ||
+            (st = train_tensors_read(b, g, ma, y)) != TDL_OK)
             break;
         for (int k = 0; k < ma->ninfos; k++) {
             const dit_param_info_t *info = &ma->infos[k];
@@ -352,7 +437,7 @@ tdl_status_t train_checkpoint_diff(const char *a, const char *b, FILE *out, doub
     }
     if (st == TDL_OK)
         fprintf(out, "largest difference %.6g%s\n", largest, largest == 0 ? " (identical)" : "");
-    free(tx), free(ty), free(x), free(y);
+    free(x), free(y);
     dit_model_free(ma), dit_model_free(mb);
     if (st == TDL_OK && largest_out)
         *largest_out = largest;

@@ -3,8 +3,9 @@
  * HDF5 C API on its own (float32, shapes, chunks of at most 1 MiB, Fletcher32) and with h5ls and
  * h5dump; wrong shapes, missing datasets and groups, files that are not HDF5, truncated or with a
  * flipped data byte are refused with the right status and a message naming the file and the
- * dataset; failed writes (bad tensors, a name given twice, a full disk) leave the old file as it
- * was and no temporary file behind. */
+ * dataset, as are datasets stored in a way tidal cannot check (contiguous, without Fletcher32,
+ * chunks never written, float64) and groups swapped; failed writes (bad tensors, a name given
+ * twice, a full disk) leave the old file as it was and no temporary file behind. */
 #include "config.h"
 
 #include <dirent.h>
@@ -362,6 +363,15 @@ static void test_layout(void)
     is_int(chunked, 2 * NT, "every dataset is chunked");
     is_int(small_chunks, 2 * NT, "every chunk fits in the dataset and in 1 MiB");
     is_int(fletcher, 2 * NT, "every dataset has the Fletcher32 filter");
+    for (int g = 0; g < 2; g++) {
+        const char *gname = g ? "ema" : "model";
+        char *self = NULL;
+        char key[32];
+        snprintf(key, sizeof(key), "%s/%s", gname, CKPT_GROUP_ATTR);
+        ok(ckpt_attr_read_string(a, key, &self) == TDL_OK && self && !strcmp(self, gname),
+           "/%s names itself in its attribute %s", gname, CKPT_GROUP_ATTR);
+        free(self);
+    }
 
     hid_t attr = H5Aopen(file, "format_version", H5P_DEFAULT);
     hid_t atype = H5Aget_type(attr);
@@ -535,10 +545,10 @@ static void test_read_errors(void)
            "a group where a dataset should be: TDL_ERR_MISMATCH");
     ok(says("/model/sub is not a dataset"), "naming it");
     one.name = "doubles";
-    ok(ckpt_weights_read(foreign, "model", &one, 1) == TDL_OK && buf[0] == 0.5f &&
-           buf[1] == -1.25f && buf[2] == 3.0f && buf[3] == 1e30f && signbit(buf[4]) &&
-           buf[5] == 0.0f,
-       "a float64 dataset is converted to float32");
+    is_int(ckpt_weights_read(foreign, "model", &one, 1), TDL_ERR_MISMATCH,
+           "a float64 dataset: TDL_ERR_MISMATCH (converting would round it)");
+    ok(says("foreign.h5: /model/doubles holds 64-bit floating-point data, expected float32"),
+       "naming the dataset and the width");
     char *s = NULL;
     ok(ckpt_attr_read_string(foreign, "fixed", &s) == TDL_OK && s && strcmp(s, "abcdefgh") == 0,
        "a fixed-length string attribute (h5py's bytes) reads whole");
@@ -575,6 +585,138 @@ static void test_read_errors(void)
     is_int(ckpt_weights_read(NULL, "model", got.t, NT), TDL_ERR_INVALID_ARG,
            "a NULL path: TDL_ERR_INVALID_ARG");
     model_free(&got);
+}
+
+/* ---- how a dataset is stored ------------------------------------------------------------
+ * Files made here with the HDF5 C API, as h5py would make them: every dataset tidal reads is
+ * chunked with the Fletcher32 filter and every chunk written, else HDF5 would read zeros. */
+
+enum { ST_ROWS = 8, ST_COLS = 4, ST_N = ST_ROWS * ST_COLS };
+
+/* /model/<name>: [8, 4] float32 (big_endian: stored big-endian); chunk_rows 0: contiguous;
+ * fletcher: the filter; write_rows: how many leading rows are written (whole chunks); early:
+ * H5D_ALLOC_TIME_EARLY; bare: the first chunk written directly with the filter marked skipped. */
+typedef struct {
+    const char *name;
+    bool big_endian;
+    int chunk_rows;
+    bool fletcher;
+    int write_rows;
+    bool early, bare;
+} stored_t;
+
+static void write_stored(hid_t grp, const stored_t *d, const float *x)
+{
+    hsize_t dims[2] = {ST_ROWS, ST_COLS}, chunk[2] = {(hsize_t)d->chunk_rows, ST_COLS};
+    hid_t space = H5Screate_simple(2, dims, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    if (d->chunk_rows)
+        H5Pset_chunk(dcpl, 2, chunk);
+    if (d->fletcher)
+        H5Pset_fletcher32(dcpl);
+    if (d->early)
+        H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY);
+    hid_t dset = H5Dcreate2(grp, d->name, d->big_endian ? H5T_IEEE_F32BE : H5T_IEEE_F32LE, space,
+                            H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    if (d->bare) {
+        unsigned char raw[ST_N * 4 + 4] = {0};
+        memcpy(raw, x, ST_N * 4);
+        hsize_t off[2] = {0, 0};
+        H5Dwrite_chunk(dset, H5P_DEFAULT, 1, off, sizeof(raw), raw);
+    } else if (d->write_rows) {
+        hsize_t start[2] = {0, 0}, count[2] = {(hsize_t)d->write_rows, ST_COLS};
+        hid_t mem = H5Screate_simple(2, count, NULL);
+        H5Sselect_hyperslab(space, H5S_SELECT_SET, start, NULL, count, NULL);
+        H5Dwrite(dset, H5T_NATIVE_FLOAT, mem, space, H5P_DEFAULT, x);
+        H5Sclose(mem);
+    }
+    H5Dclose(dset);
+    H5Pclose(dcpl);
+    H5Sclose(space);
+}
+
+static void test_storage(void)
+{
+    TMP_PATH(path, "stored.h5");
+    float x[ST_N], got[ST_N], keep[ST_N];
+    for (int i = 0; i < ST_N; i++)
+        x[i] = (float)i * 0.25f - 3.0f;
+    static const struct {
+        stored_t d;
+        const char *says; /* NULL: reads back as written */
+    } cases[] = {
+        {{"contiguous", false, 0, false, ST_ROWS, false, false},
+         "has no Fletcher32 checksum (a contiguous dataset)"},
+        {{"contiguous_unwritten", false, 0, false, 0, false, false},
+         "has no Fletcher32 checksum (a contiguous dataset)"},
+        {{"chunked", false, 4, false, ST_ROWS, false, false},
+         "has no Fletcher32 checksum (chunked without the filter)"},
+        {{"unwritten", false, 4, true, 0, false, false},
+         "was never written: 2 of its 2 chunks hold no data (the first: chunk 0)"},
+        {{"half", false, 4, true, 4, false, false},
+         "was not written in full: 1 of its 2 chunks hold no data (the first: chunk 1)"},
+        {{"early", false, 4, true, 0, true, false},
+         "was allocated when it was created (H5D_ALLOC_TIME_EARLY)"},
+        {{"bare", false, ST_ROWS, true, 0, false, true},
+         "1 of its 1 chunks stored without the Fletcher32 checksum"},
+        {{"other_chunks", false, 2, true, ST_ROWS, false, false}, NULL},
+        {{"big_endian", true, 4, true, ST_ROWS, false, false}, NULL},
+    };
+    hid_t file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t grp = H5Gcreate2(file, "model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    for (size_t k = 0; k < TDL_ARRAY_SIZE(cases); k++)
+        write_stored(grp, &cases[k].d, x);
+    H5Gclose(grp);
+    H5Fclose(file);
+    for (size_t k = 0; k < TDL_ARRAY_SIZE(cases); k++) {
+        /* a good dataset listed first: a refusal comes before any data is read */
+        for (int i = 0; i < ST_N; i++)
+            got[i] = keep[i] = 7.0f;
+        ckpt_tensor_t two[2] = {
+            {.name = "other_chunks", .ndim = 2, .shape = {ST_ROWS, ST_COLS}, .data = keep},
+            {.name = cases[k].d.name, .ndim = 2, .shape = {ST_ROWS, ST_COLS}, .data = got}};
+        tdl_status_t st = ckpt_weights_read(path, "model", two, 2);
+        if (cases[k].says) {
+            is_int(st, TDL_ERR_CORRUPT, "/model/%s: TDL_ERR_CORRUPT", cases[k].d.name);
+            char want[160];
+            snprintf(want, sizeof(want), "stored.h5: /model/%s %s", cases[k].d.name, cases[k].says);
+            if (!strstr(tdl_error_get(), want))
+                snprintf(want, sizeof(want), "stored.h5: /model/%s: %s", cases[k].d.name,
+                         cases[k].says);
+            ok(says(want), "the message names the file and the dataset: '%s'", cases[k].says);
+            ok(keep[0] == 7.0f && got[0] == 7.0f, "and nothing was read");
+        } else {
+            ok(st == TDL_OK && !memcmp(got, x, sizeof(x)) && !memcmp(keep, x, sizeof(x)),
+               "/model/%s (h5py's way: checksummed, every chunk written) reads back exactly",
+               cases[k].d.name);
+        }
+    }
+
+    /* groups name themselves: swapped ones are noticed, and files from before still read */
+    TMP_PATH(a, "a.h5");
+    TMP_PATH(swap, "swap.h5");
+    size_t len = 0;
+    unsigned char *bytes = slurp(a, &len);
+    spit(swap, bytes, len);
+    free(bytes);
+    file = H5Fopen(swap, H5F_ACC_RDWR, H5P_DEFAULT);
+    H5Lmove(file, "model", file, "x", H5P_DEFAULT, H5P_DEFAULT);
+    H5Lmove(file, "ema", file, "model", H5P_DEFAULT, H5P_DEFAULT);
+    H5Lmove(file, "x", file, "ema", H5P_DEFAULT, H5P_DEFAULT);
+    H5Fclose(file);
+    model_t m;
+    model_blank(&m, &model, 7.0f);
+    is_int(ckpt_weights_read(swap, "model", m.t, NT), TDL_ERR_CORRUPT,
+           "/model and /ema swapped: TDL_ERR_CORRUPT");
+    ok(says("swap.h5: /model holds the tensors tidal wrote as /ema (its attribute group)"),
+       "naming the file, where the group is and what it was written as");
+    ok(model_untouched(&m, 7.0f), "nothing was read");
+    file = H5Fopen(swap, H5F_ACC_RDWR, H5P_DEFAULT);
+    H5Adelete_by_name(file, "model", CKPT_GROUP_ATTR, H5P_DEFAULT);
+    H5Adelete_by_name(file, "ema", CKPT_GROUP_ATTR, H5P_DEFAULT);
+    H5Fclose(file);
+    ok(ckpt_weights_read(swap, "model", m.t, NT) == TDL_OK && model_equal(&m, &ema),
+       "groups without the attribute (files of tidal before it) read as they are");
+    model_free(&m);
 }
 
 /* ---- a disk that fills up ----------------------------------------------------------------
@@ -866,6 +1008,7 @@ int main(void)
     test_roundtrip();
     test_layout();
     test_read_errors();
+    test_storage();
     test_atomic();
     test_tools();
     test_fletcher();
