@@ -648,16 +648,6 @@ int serve_main(tdl_params_t *params, const char *what, const serve_hooks_t *hook
     int port;
     if (http_on && serve_listen_parse(listen, host, &port) != TDL_OK)
         return cli_usage_error("%s", tdl_error_get());
-    /* an empty token would turn authentication off unnoticed; no token at all is stated */
-    const char *token = tdl_param_str(params, "token");
-    if (token && !token[0])
-        return cli_usage_error("%s is empty: give a token, or leave it unset to accept requests "
-                               "without one",
-                               tdl_params_source(params, "token") == TDL_PARAM_SRC_ENV
-                                   ? "TIDAL_TOKEN"
-                               : tdl_params_source(params, "token") == TDL_PARAM_SRC_CONFIG
-                                   ? "'token' in the config file"
-                                   : "--token");
     if (tdl_param_bool(params, "exit-after-trace") && !tdl_param_str(params, "trace"))
         return cli_usage_error("--exit-after-trace needs --trace FILE");
     const char *pname = tdl_param_str(params, "policy");

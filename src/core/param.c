@@ -178,7 +178,14 @@ static tdl_status_t param_parse(const tdl_param_def_t *def, const char *text, co
                                    origin, def->name, def->choices);
         }
         return TDL_OK;
-    case TDL_PARAM_STRING: return TDL_OK;
+    case TDL_PARAM_STRING:
+        /* no text parameter means anything by "": an empty value is a mistake (TIDAL_TOKEN= would
+         * turn authentication off, --ckpt "" fail after start-up); unset means the default */
+        if (!text[0])
+            return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                                   "empty value for %s (--%s): give one, or leave it unset", origin,
+                                   def->name);
+        return TDL_OK;
     }
     return tdl_error_raise(TDL_ERR_INTERNAL, "parameter --%s has an unknown type", def->name);
 }

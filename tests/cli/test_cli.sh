@@ -65,10 +65,18 @@ for a in 127.0.0.1:99999 :-1 127.0.0.1: '[::1:80' localhost 127.0.0.1:8x; do
     usage_error "run --listen '$a'" "--listen '$a'" run --listen "$a"
     unset OMPI_COMM_WORLD_SIZE
 done
-usage_error "serve --token ''" "--token is empty" serve --ckpt /nonexistent.h5 --token ""
+usage_error "serve --token ''" "empty value for --token" serve --ckpt /nonexistent.h5 --token ""
 TIDAL_TOKEN=; export TIDAL_TOKEN
-usage_error "serve with TIDAL_TOKEN=" "TIDAL_TOKEN is empty" serve --ckpt /nonexistent.h5
+usage_error "serve with TIDAL_TOKEN=" "empty value for TIDAL_TOKEN" serve --ckpt /nonexistent.h5
 OMPI_COMM_WORLD_SIZE=2; export OMPI_COMM_WORLD_SIZE
-usage_error "run with TIDAL_TOKEN=" "TIDAL_TOKEN is empty" run
+usage_error "run with TIDAL_TOKEN=" "empty value for TIDAL_TOKEN" run
 unset TIDAL_TOKEN OMPI_COMM_WORLD_SIZE
+# no text parameter takes "": refused where it is read, for every command
+usage_error "serve --ckpt ''" "empty value for --ckpt" serve --ckpt ""
+usage_error "generate --ckpt ''" "empty value for --ckpt" generate --ckpt ""
+usage_error "train --resume ''" "empty value for --resume" train --resume ""
+usage_error "train --resolution 33" "--resolution 33" train --resolution 33 --steps 1
+conf=`mktemp`; printf 'log-level = info\nout = ""\n' > "$conf"
+usage_error "an empty value in a config file" "$conf:2" train --config "$conf"
+rm -f "$conf"
 done_testing

@@ -174,6 +174,17 @@ int main(void)
            strstr(tdl_error_get(), "steps"),
        "a key set twice is refused, naming file, line and first line: %s", tdl_error_get());
     tdl_params_destroy(p);
+    /* an empty text value is refused from every source, naming it */
+    write_config("name = \"\"\n");
+    p = fresh();
+    ok(tdl_params_load_file(p, cfg_path) == TDL_ERR_INVALID_ARG &&
+           strstr(tdl_error_get(), "empty value") && strstr(tdl_error_get(), ":1"),
+       "an empty value in a config file is refused: %s", tdl_error_get());
+    char *empty_arg[] = {"--name", ""};
+    ok(parse(p, 2, empty_arg, &npos, pos) == TDL_ERR_INVALID_ARG &&
+           strstr(tdl_error_get(), "--name"),
+       "--name '' is refused: %s", tdl_error_get());
+    tdl_params_destroy(p);
     /* a config file naming another is refused, not ignored */
     write_config("steps = 5\nconfig = other.conf\n");
     p = fresh();
