@@ -68,20 +68,12 @@ typedef struct pending {
     bool started;
 } pending_t;
 
-static uint64_t mix64(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 /* Element i of what world rank w contributes to operation k of conversation c in round r. */
 static int32_t val(uint64_t seed, int c, int r, int k, int w, size_t i)
 {
-    uint64_t x = mix64(seed ^ mix64(((uint64_t)c << 48) ^ ((uint64_t)r << 32) ^
+    uint64_t x = harness_mix64(seed ^ harness_mix64(((uint64_t)c << 48) ^ ((uint64_t)r << 32) ^
                                     ((uint64_t)k << 24) ^ (uint64_t)w));
-    x = mix64(x ^ (uint64_t)i);
+    x = harness_mix64(x ^ (uint64_t)i);
     return (int32_t)(x % 2001) - 1000;
 }
 

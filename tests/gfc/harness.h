@@ -63,4 +63,13 @@ void harness_ranks_str(const int *ranks, int n, char *buf, size_t size);
 /* FNV-1a, 64 bits. */
 uint64_t harness_hash(const void *buf, size_t len);
 
+/* splitmix64's finalizer: the tests' values from (seed, round, group, rank, index). */
+static inline uint64_t harness_mix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
 #endif /* TIDAL_TESTS_GFC_HARNESS_H */
