@@ -127,7 +127,17 @@ cases = [  # name, bytes, client timeout (s)
     ("http10-no-host", b"GET /healthz HTTP/1.0\r\n\r\n", 5),
     ("chunked", post + b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + chunks, 5),
 ]
+lock = threading.Lock()
+def say(line):  # one write a line, under a lock: print() from threads can splice two lines
+    with lock:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
 def probe(name, data, timeout):
+    try:
+        probe1(name, data, timeout)
+    except Exception as e:
+        say("%s error - %r" % (name, e))
+def probe1(name, data, timeout):
     t0 = time.time()
     out, how = b"", "closed"
     s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
@@ -143,8 +153,8 @@ def probe(name, data, timeout):
     head, _, rest = out.partition(b"\r\n\r\n")
     code = head.split(b" ")[1].decode() if head.startswith(b"HTTP/1.") else "none"
     field = re.search(rb'"field":"([^"]*)"', rest)
-    print("%s %s %s %s %.1f" % (name, code, field.group(1).decode() if field else "-", how,
-                                time.time() - t0), flush=True)
+    say("%s %s %s %s %.1f" % (name, code, field.group(1).decode() if field else "-", how,
+                              time.time() - t0))
 threads = [threading.Thread(target=probe, args=c) for c in cases]
 for t in threads: t.start()
 for t in threads: t.join()
