@@ -23,15 +23,14 @@ static const tdl_param_def_t profile_params[] = {
     {"model", TDL_PARAM_STRING, "fmnist", "DiT configuration to profile (random weights)", NULL, 1,
      0},
     {"out", TDL_PARAM_STRING, "cost.json", "where the cost model goes", NULL, 1, 0},
-    {"reps", TDL_PARAM_INT, "5", "timed repetitions per point (the median is kept)", NULL, 1,
-     1000},
+    {"reps", TDL_PARAM_INT, "5", "timed repetitions per point (the median is kept)", NULL, 1, 1000},
     {"sides", TDL_PARAM_STRING, "32,48,64,96,128",
      "image sides to measure (pixels, multiples of the patch size)", NULL, 1, 0},
 };
 
 /* The slowest member's median of `reps` timings of one stage of one image on group g (members
  * only; the others pass g == NULL and get 0 back). Every member of the world calls it. */
-static double time_stage(const dit_model_t *m, gfc_group_t *g, cost_stage_t stage, int side,
+static double time_stage(const dit_model_t *m, gfc_group_t *g, coord_cost_stage_t stage, int side,
                          int reps, tdl_status_t *st)
 {
     double t[1000] = {0}, worst = 0;
@@ -46,10 +45,9 @@ static double time_stage(const dit_model_t *m, gfc_group_t *g, cost_stage_t stag
             if ((*st = gfc_barrier(g)) != TDL_OK)
                 break;
             double t0 = tdl_clock_s();
-            if (stage == COST_STEP) {
-                *st = dit_sp_forward(m, g->size > 1 ? &comm : NULL, x, &tt, &y, 1, side, side,
-                                     out);
-            } else if (stage == COST_PREPARE) {
+            if (stage == COORD_COST_STEP) {
+                *st = dit_sp_forward(m, g->size > 1 ? &comm : NULL, x, &tt, &y, 1, side, side, out);
+            } else if (stage == COORD_COST_PREPARE) {
                 dit_sampler_noise(x, 1, n, (uint64_t)r, 0);
             } else {
                 unsigned char *png = NULL;
@@ -114,11 +112,11 @@ static int profile_run(tdl_params_t *params, int npos, char **pos)
             m->params[i] = 0.05f * tdl_rng_normal(&rng);
         dit_model_params_changed(m);
     }
-    cost_model_t cost;
-    cost_model_default(&cost);
+    coord_cost_model_t cost;
+    coord_cost_model_default(&cost);
     snprintf(cost.name, sizeof(cost.name), "%s", cfg.name);
     cost.patch = cfg.patch_size;
-    for (int s = 0; s < COST_NSTAGES; s++)
+    for (int s = 0; s < COORD_COST_NSTAGES; s++)
         cost.nfits[s] = 0;
     if (me.rank == 0 && st == TDL_OK)
         printf("tidal profile: %s on %d rank%s, sides", cfg.name, me.size, me.size > 1 ? "s" : "");
@@ -131,27 +129,28 @@ static int profile_run(tdl_params_t *params, int npos, char **pos)
         bool in = me.rank < P;
         if (in && (st = gfc_group_init(&g, rt, world, P, 0x70726f66ull + (uint64_t)P)) != TDL_OK)
             break;
-        for (int s = 0; s < COST_NSTAGES && st == TDL_OK; s++) {
+        for (int s = 0; s < COORD_COST_NSTAGES && st == TDL_OK; s++) {
             double xs[16], ys[16];
             int n = 0;
             for (int i = 0; i < nsides && st == TDL_OK; i++) {
                 if (dit_sp_check(m, sides[i], sides[i], P) != TDL_OK)
                     continue; /* this degree cannot split this size */
-                double t = time_stage(m, in ? &g : NULL, (cost_stage_t)s, sides[i], reps, &st);
+                double t =
+                    time_stage(m, in ? &g : NULL, (coord_cost_stage_t)s, sides[i], reps, &st);
                 int tokens = (sides[i] / cfg.patch_size) * (sides[i] / cfg.patch_size);
                 xs[n] = tokens, ys[n] = t, n++;
                 if (me.rank == 0)
                     printf("  %-7s SP%d %4dx%-4d (%5d tokens): %9.3f ms\n",
-                           cost_stage_name((cost_stage_t)s), P, sides[i], sides[i], tokens,
-                           t * 1e3);
+                           coord_cost_stage_name((coord_cost_stage_t)s), P, sides[i], sides[i],
+                           tokens, t * 1e3);
             }
             double a, b, c, err;
             if (st == TDL_OK && n > 0 && me.rank == 0 &&
-                (st = cost_fit_quadratic(xs, ys, n, &a, &b, &c, &err)) == TDL_OK) {
-                st = cost_model_set_fit(&cost, (cost_stage_t)s, P, a, b, c, err);
+                (st = coord_cost_fit_quadratic(xs, ys, n, &a, &b, &c, &err)) == TDL_OK) {
+                st = coord_cost_model_set_fit(&cost, (coord_cost_stage_t)s, P, a, b, c, err);
                 printf("  %-7s SP%d fit: %.4g x^2 + %.4g x + %.4g s, largest relative error "
                        "%.1f%%\n",
-                       cost_stage_name((cost_stage_t)s), P, a, b, c, err * 100);
+                       coord_cost_stage_name((coord_cost_stage_t)s), P, a, b, c, err * 100);
             }
         }
         tdl_boot_barrier();
@@ -168,9 +167,9 @@ static int profile_run(tdl_params_t *params, int npos, char **pos)
             double t[1000];
             for (int r = 0; r <= reps && st == TDL_OK; r++) {
                 double t0 = tdl_clock_s();
-                st = me.rank == 0 ? gfc_send(&pair, 1, (uint64_t)(k * 1000 + r), buf, bytes[k])
-                                  : gfc_recv(&pair, 0, (uint64_t)(k * 1000 + r), buf, bytes[k],
-                                             NULL);
+                st = me.rank == 0
+                         ? gfc_send(&pair, 1, (uint64_t)(k * 1000 + r), buf, bytes[k])
+                         : gfc_recv(&pair, 0, (uint64_t)(k * 1000 + r), buf, bytes[k], NULL);
                 if (st == TDL_OK)
                     st = gfc_barrier(&pair);
                 if (r > 0)
@@ -186,11 +185,11 @@ static int profile_run(tdl_params_t *params, int npos, char **pos)
             printf("  migration: %.1f us + %.2f GB/s\n", cost.migration_latency_s * 1e6, bw / 1e9);
         }
     }
-    cost.state_bytes_per_token = (double)cfg.patch_size * cfg.patch_size * cfg.in_channels *
-                                 sizeof(float);
+    cost.state_bytes_per_token =
+        (double)cfg.patch_size * cfg.patch_size * cfg.in_channels * sizeof(float);
     if (st == TDL_OK && me.rank == 0) {
         const char *out = tdl_param_str(params, "out");
-        if ((st = cost_model_save(&cost, out)) == TDL_OK)
+        if ((st = coord_cost_model_save(&cost, out)) == TDL_OK)
             printf("tidal profile: wrote %s\n", out);
     }
     int64_t bad = st != TDL_OK;

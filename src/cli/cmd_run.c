@@ -42,8 +42,8 @@ static const tdl_param_def_t run_params[] = {
      9.2e18},
     {"out", TDL_PARAM_STRING, "runs/run",
      "output directory: loss.csv, timeline.csv and timeline.png, samples.png, ckpt/", NULL, 1, 0},
-    {"ckpt-every", TDL_PARAM_INT, "100", "checkpoint every N training steps (and at the end)",
-     NULL, 1, 1e12},
+    {"ckpt-every", TDL_PARAM_INT, "100", "checkpoint every N training steps (and at the end)", NULL,
+     1, 1e12},
     {"keep", TDL_PARAM_INT, "3", "checkpoints kept", NULL, 1, 1e6},
     {"realloc", TDL_PARAM_STRING, "slo_first",
      "how many ranks serve: slo_first (serving first while it needs them, hysteresis) or static",
@@ -73,7 +73,7 @@ enum { REP_STEP = 1, REP_LEFT, REP_JOINED, REP_CKPT, REP_DONE, REP_ERROR, REP_RE
 enum { ROLE_TRAIN = 0, ROLE_SERVE, ROLE_TO_SERVE, ROLE_TO_TRAIN };
 
 #define RUN_MAX_WORKERS 112
-#define RUN_NS_TRAIN 0x72756e747261696eull /* "runtrain" */
+#define RUN_NS_TRAIN    0x72756e747261696eull /* "runtrain" */
 
 /* A training membership: the ranks in order (the first leads), and the rank whose state a
  * new group starts from. Also the decision the leader broadcasts at every step boundary. */
@@ -98,23 +98,23 @@ typedef struct run {
     int keep;
     char out[1024], ckpt_dir[1100];
     /* rank 0 */
-    const realloc_ops_t *ops;
+    const coord_realloc_ops_t *ops;
     void *pstate;
-    realloc_opts_t ropts;
+    coord_realloc_opts_t ropts;
     int workers, min_train, min_serve;
     int role[RUN_MAX_WORKERS + 1];
     bool moved[RUN_MAX_WORKERS + 1]; /* sent to serving by a resize (not by training's end) */
-    run_members_t m;              /* the membership, as of the last resize sent */
-    int pending;                  /* reports a resize still waits for */
+    run_members_t m;                 /* the membership, as of the last resize sent */
+    int pending;                     /* reports a resize still waits for */
     double decided_at, last_decide, last_row, row_every;
     double realloc_ms[4096];
-    double over_budget[4096];  /* each move's time over (the step it waited for + 10 ms) */
-    double over_prev[4096];    /* the same over (the step before the decision + 10 ms) */
+    double over_budget[4096];     /* each move's time over (the step it waited for + 10 ms) */
+    double over_prev[4096];       /* the same over (the step before the decision + 10 ms) */
     double last_step_at, step_ms; /* when the last step report came, how long that step took */
-    double budget_ms;          /* of the resize in flight: the step before the decision + 10 ms */
-    double flight_start;       /* when the step under way at the decision began */
-    bool flight_open;          /* that step's report has not come yet */
-    int flight_first;          /* the first of the resize's moves in realloc_ms */
+    double budget_ms;    /* of the resize in flight: the step before the decision + 10 ms */
+    double flight_start; /* when the step under way at the decision began */
+    bool flight_open;    /* that step's report has not come yet */
+    int flight_first;    /* the first of the resize's moves in realloc_ms */
     int nrealloc;
     bool training_done;
     bool fixed; /* --ckpt: serving keeps those weights */
@@ -148,8 +148,10 @@ static tdl_status_t report(serve_worker_t *w, uint32_t kind, int rank, int64_t s
 {
     run_report_t r = {.kind = kind, .rank = rank, .members = members, .step = step, .loss = loss};
     if (path && strlen(path) >= sizeof(r.path))
-        return tdl_error_raise(TDL_ERR_INVALID_ARG, "checkpoint path '%s' is longer than %zu "
-                               "bytes: use a shorter --out", path, sizeof(r.path) - 1);
+        return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                               "checkpoint path '%s' is longer than %zu "
+                               "bytes: use a shorter --out",
+                               path, sizeof(r.path) - 1);
     if (path)
         memcpy(r.path, path, strlen(path) + 1);
     return serve_worker_report(w, &r, sizeof(r));
@@ -222,8 +224,10 @@ static tdl_status_t train_phase(run_t *R, gfc_runtime_t *rt, serve_worker_t *w, 
                     } else if (msg.op == SERVE_OP_STOP) {
                         dec.op = DEC_STOP;
                     } else {
-                        st = tdl_error_raise(TDL_ERR_INTERNAL, "rank %d (training): command %u "
-                                             "from rank 0 it cannot take", me, msg.op);
+                        st = tdl_error_raise(TDL_ERR_INTERNAL,
+                                             "rank %d (training): command %u "
+                                             "from rank 0 it cannot take",
+                                             me, msg.op);
                     }
                 }
                 if (st == TDL_OK && dec.op == DEC_GO_ON && finished) {
@@ -307,8 +311,8 @@ static tdl_status_t run_worker(void *user, tdl_params_t *params, gfc_runtime_t *
             if (reload(serve_model, path) != TDL_OK) /* a bad file keeps the old weights */
                 TDL_WARN("rank %d: serving keeps its weights: %s", me, tdl_error_get());
         } else {
-            st = tdl_error_raise(TDL_ERR_INTERNAL, "rank %d: command %u it cannot take", me,
-                                 msg.op);
+            st =
+                tdl_error_raise(TDL_ERR_INTERNAL, "rank %d: command %u it cannot take", me, msg.op);
         }
     }
     if (st != TDL_OK && w) { /* rank 0 ends the job, naming this rank and why */
@@ -323,10 +327,10 @@ static tdl_status_t run_worker(void *user, tdl_params_t *params, gfc_runtime_t *
     return st;
 }
 
-/* ---- rank 0 ----------------------------------------------------------------------------------- */
+/* ---- rank 0 -----------------------------------------------------------------------------------
+ */
 
-static tdl_status_t send_members(serve_coord_t *c, int worker, uint32_t op,
-                                 const run_members_t *m)
+static tdl_status_t send_members(serve_coord_t *c, int worker, uint32_t op, const run_members_t *m)
 {
     serve_ctl_msg_t msg = {.op = op, .len = sizeof(*m)};
     memcpy(msg.data, m, sizeof(*m));
@@ -349,7 +353,7 @@ static void write_row(run_t *R, serve_coord_t *c, double now)
     double ips = dt > 0 ? (double)(R->step - R->last_row_step) * R->opts.batch / dt : 0;
     if (R->timeline) {
         fprintf(R->timeline, "%.3f,%d,%d,%d,%d,%lld,%.2f,%.6f,%llu,%llu\n", now, nserve, ntrain,
-                s.queued, sched_live(c->sched), (long long)R->step, ips, R->loss,
+                s.queued, coord_sched_live(c->sched), (long long)R->step, ips, R->loss,
                 (unsigned long long)done, (unsigned long long)viol);
         fflush(R->timeline);
     }
@@ -361,8 +365,7 @@ static void write_row(run_t *R, serve_coord_t *c, double now)
     R->last_row = now, R->last_row_step = R->step;
 }
 
-static tdl_status_t on_report(run_t *R, serve_coord_t *c, int w, const run_report_t *r,
-                              double now)
+static tdl_status_t on_report(run_t *R, serve_coord_t *c, int w, const run_report_t *r, double now)
 {
     switch (r->kind) {
     case REP_STEP:
@@ -425,13 +428,14 @@ static tdl_status_t on_report(run_t *R, serve_coord_t *c, int w, const run_repor
             R->realloc_ms[k] = (now - R->decided_at) * 1e3;
             R->over_prev[k] = R->realloc_ms[k] / R->budget_ms;
             /* until the step under way reports (it normally has by now) */
-            R->over_budget[k] = R->flight_open ? NAN
-                                               : R->realloc_ms[k] / ((R->last_step_at -
-                                                                      R->flight_start) * 1e3 + 10);
+            R->over_budget[k] =
+                R->flight_open
+                    ? NAN
+                    : R->realloc_ms[k] / ((R->last_step_at - R->flight_start) * 1e3 + 10);
         }
         R->moved[w] = false;
-        tdl_status_t st = sched_set_available(c->sched, w - 1, true);
-        return st == TDL_OK ? sched_kick(c->sched, now) : st;
+        tdl_status_t st = coord_sched_set_available(c->sched, w - 1, true);
+        return st == TDL_OK ? coord_sched_kick(c->sched, now) : st;
     case REP_JOINED:
         R->role[w] = ROLE_TRAIN;
         R->pending--;
@@ -467,9 +471,9 @@ static tdl_status_t reallocate(run_t *R, serve_coord_t *c, int serving, int targ
     } else {
         /* idle serving ranks that hold no request's state join training */
         for (int w = R->workers; w >= 1 && serving - moved > target; w--) {
-            if (R->role[w] != ROLE_SERVE || sched_rank_in_use(c->sched, w - 1))
+            if (R->role[w] != ROLE_SERVE || coord_sched_rank_in_use(c->sched, w - 1))
                 continue;
-            tdl_status_t st = sched_set_available(c->sched, w - 1, false);
+            tdl_status_t st = coord_sched_set_available(c->sched, w - 1, false);
             if (st != TDL_OK)
                 return st;
             R->role[w] = ROLE_TO_TRAIN;
@@ -515,9 +519,9 @@ static tdl_status_t run_tick(void *user, serve_coord_t *c, double now)
     size_t len;
     tdl_status_t st = TDL_OK;
     while (st == TDL_OK && serve_dispatcher_poll_status(c->d, &w, &r, &len))
-        st = len == sizeof(r) ? on_report(R, c, w, &r, now)
-                              : tdl_error_raise(TDL_ERR_CORRUPT, "rank %d: a report of %zu bytes",
-                                                w, len);
+        st = len == sizeof(r)
+                 ? on_report(R, c, w, &r, now)
+                 : tdl_error_raise(TDL_ERR_CORRUPT, "rank %d: a report of %zu bytes", w, len);
     if (st != TDL_OK)
         return st;
     if (now - R->last_row >= R->row_every)
@@ -533,17 +537,18 @@ static tdl_status_t run_tick(void *user, serve_coord_t *c, double now)
     serve_stats_t s;
     serve_queue_stats(c->q, &s);
     int at_risk = 0;
-    sched_backlog_s(c->sched, now, &at_risk);
-    realloc_view_t v = {.now = now,
-                        .workers = R->workers,
-                        .serving = serving,
-                        .min_train = R->min_train,
-                        .min_serve = R->min_serve,
-                        .training = true,
-                        .waiting = s.queued + sched_live(c->sched) - sched_running(c->sched),
-                        .running = sched_running(c->sched),
-                        .backlog_s = serve_coord_backlog_s(c, s.queued),
-                        .at_risk = at_risk};
+    coord_sched_backlog_s(c->sched, now, &at_risk);
+    coord_realloc_view_t v = {.now = now,
+                              .workers = R->workers,
+                              .serving = serving,
+                              .min_train = R->min_train,
+                              .min_serve = R->min_serve,
+                              .training = true,
+                              .waiting = s.queued + coord_sched_live(c->sched) -
+                                         coord_sched_running(c->sched),
+                              .running = coord_sched_running(c->sched),
+                              .backlog_s = serve_coord_backlog_s(c, s.queued),
+                              .at_risk = at_risk};
     int target = R->ops->decide(R->pstate, &v);
     return target == serving ? TDL_OK : reallocate(R, c, serving, target, now);
 }
@@ -556,7 +561,7 @@ static tdl_status_t run_start(void *user, serve_coord_t *c, int world)
     for (int w = 1; w <= R->workers; w++) {
         R->m.ranks[w - 1] = (uint16_t)w;
         R->role[w] = ROLE_TRAIN;
-        tdl_status_t st = sched_set_available(c->sched, w - 1, false);
+        tdl_status_t st = coord_sched_set_available(c->sched, w - 1, false);
         if (st != TDL_OK)
             return st;
     }
@@ -698,8 +703,8 @@ static tdl_status_t run_model(void *user, tdl_params_t *params, int rank, dit_mo
         return st;
     if (ckpt) {
         R->fixed = true;
-        return train_weights_load_on(ckpt, tdl_param_str(params, "weights"), max_batch, max_res,
-                                     be, out);
+        return train_weights_load_on(ckpt, tdl_param_str(params, "weights"), max_batch, max_res, be,
+                                     out);
     }
     dit_config_t cfg;
     st = dit_config_named(R->opts.model, &cfg);
@@ -715,8 +720,8 @@ static tdl_status_t run_model(void *user, tdl_params_t *params, int rank, dit_mo
 /* Without --trace and with HTTP off: a demo trace with bursts, from tidal workload. */
 static tdl_status_t demo_trace(const run_t *R, tdl_params_t *params, char *path, size_t size)
 {
-    workload_config_t wc;
-    workload_config_default(&wc);
+    coord_workload_config_t wc;
+    coord_workload_config_default(&wc);
     wc.ranks = TDL_MAX(1, R->workers);
     wc.requests = 0;
     wc.seed = R->opts.seed;
@@ -730,14 +735,14 @@ static tdl_status_t demo_trace(const run_t *R, tdl_params_t *params, char *path,
     wc.nphases = 5;
     for (int i = 0; i < wc.nphases; i++)
         wc.phase_load[i] = load[i], wc.phase_s[i] = secs[i];
-    cost_model_t cost;
-    cost_model_default(&cost);
-    workload_request_t *reqs = NULL;
+    coord_cost_model_t cost;
+    coord_cost_model_default(&cost);
+    coord_workload_request_t *reqs = NULL;
     int n = 0;
-    tdl_status_t st = workload_generate(&wc, &cost, &reqs, &n);
+    tdl_status_t st = coord_workload_generate(&wc, &cost, &reqs, &n);
     snprintf(path, size, "%s/demo-trace.jsonl", R->out);
     if (st == TDL_OK)
-        st = workload_write(path, reqs, n);
+        st = coord_workload_write(path, reqs, n);
     free(reqs);
     return st;
 }
@@ -770,13 +775,13 @@ static int run_run(tdl_params_t *params, int npos, char **pos)
     R.keep = (int)tdl_param_int(params, "keep");
     snprintf(R.out, sizeof(R.out), "%s", tdl_param_str(params, "out"));
     snprintf(R.ckpt_dir, sizeof(R.ckpt_dir), "%s/ckpt", R.out);
-    R.ops = realloc_find(tdl_param_str(params, "realloc"));
+    R.ops = coord_realloc_find(tdl_param_str(params, "realloc"));
     if (!R.ops)
         return cli_usage_error("unknown --realloc '%s': use one of %s",
-                               tdl_param_str(params, "realloc"), realloc_names());
-    R.ropts = (realloc_opts_t){.drain_s = tdl_param_double(params, "drain"),
-                               .cooldown_s = tdl_param_double(params, "cooldown"),
-                               .static_serve = (int)tdl_param_int(params, "serve-ranks")};
+                               tdl_param_str(params, "realloc"), coord_realloc_names());
+    R.ropts = (coord_realloc_opts_t){.drain_s = tdl_param_double(params, "drain"),
+                                     .cooldown_s = tdl_param_double(params, "cooldown"),
+                                     .static_serve = (int)tdl_param_int(params, "serve-ranks")};
     R.min_train = (int)tdl_param_int(params, "min-train");
     R.min_serve = (int)tdl_param_int(params, "min-serve");
     R.row_every = tdl_param_double(params, "timeline-every");

@@ -21,7 +21,6 @@
 #include "coord/sched.h"
 #include "mpi/bootstrap.h"
 #include "gfc/gfc.h"
-#include "serve/front.h"
 #include "serve/serve.h"
 #include "train/train.h"
 
@@ -65,8 +64,8 @@ const tdl_param_def_t cli_serve_params[CLI_SERVE_NPARAMS] = {
      "sjf, srtf, edf_greedy, edf_best_fit, edf_priority; default: static_sp<--sp>)",
      NULL, 1, 0},
     {"cost", TDL_PARAM_STRING, NULL,
-     "cost model JSON the policy estimates with (tidal profile); default: the built-in model",
-     NULL, 1, 0},
+     "cost model JSON the policy estimates with (tidal profile); default: the built-in model", NULL,
+     1, 0},
     {"request-log", TDL_PARAM_STRING, NULL,
      "under mpirun: a JSON line per finished request (seq, id, arrival_s, finish_s, latency_s, "
      "ok) to this file, as tidal sim --request-log writes",
@@ -195,7 +194,8 @@ static void run_job(dit_model_t *m, serve_queue_t *q, serve_job_t *job)
     }
 }
 
-/* ---- placing requests on executor ranks (under mpirun) ----------------------------------------- */
+/* ---- placing requests on executor ranks (under mpirun) -----------------------------------------
+ */
 
 static void spec_of(const serve_request_params_t *p, uint64_t id, serve_traj_spec_t *spec)
 {
@@ -217,7 +217,7 @@ static void spec_of(const serve_request_params_t *p, uint64_t id, serve_traj_spe
 typedef serve_coord_t coord_t;
 typedef serve_coord_req_t coord_req_t;
 
-static tdl_status_t coord_start(void *user, const sched_task_t *t)
+static tdl_status_t coord_start(void *user, const coord_sched_task_t *t)
 {
     coord_t *c = user;
     coord_req_t *r = &c->reqs[t->id];
@@ -227,18 +227,18 @@ static tdl_status_t coord_start(void *user, const sched_task_t *t)
     for (int i = 0; i < t->nprev; i++)
         prev[i] = t->prev[i] + 1;
     bool guided = r->spec.label >= 0 && r->spec.cfg != 1.0f;
-    serve_task_cmd_t cmd = {
-        .kind = t->task == POLICY_TASK_PREPARE      ? SERVE_TASK_PREPARE
-                : t->task == POLICY_TASK_STEP_CHUNK ? SERVE_TASK_STEP_CHUNK
-                                                    : SERVE_TASK_DECODE,
-        .steps = t->steps,
-        .ranks = ranks,
-        .nranks = t->degree,
-        .prev = prev,
-        .nprev = t->nprev,
-        .move = t->move,
-        .cfg_parallel = c->cfg_parallel && guided && t->degree % 2 == 0,
-        .seq = r->next_seq++};
+    serve_task_cmd_t cmd = {.kind = t->task == COORD_POLICY_TASK_PREPARE ? SERVE_TASK_PREPARE
+                                    : t->task == COORD_POLICY_TASK_STEP_CHUNK
+                                        ? SERVE_TASK_STEP_CHUNK
+                                        : SERVE_TASK_DECODE,
+                            .steps = t->steps,
+                            .ranks = ranks,
+                            .nranks = t->degree,
+                            .prev = prev,
+                            .nprev = t->nprev,
+                            .move = t->move,
+                            .cfg_parallel = c->cfg_parallel && guided && t->degree % 2 == 0,
+                            .seq = r->next_seq++};
     TDL_DEBUG("request %s: %s%s on ranks %d..%d (%d), estimate %.4f s",
               serve_job_params(r->job)->id, serve_task_name(cmd.kind), t->move ? " (moved)" : "",
               ranks[0], ranks[t->degree - 1], t->degree, t->estimate_s);
@@ -274,14 +274,14 @@ static tdl_status_t coord_arrive(coord_t *c, serve_job_t *job)
     *r = (coord_req_t){.job = job, .arrival_s = now};
     spec_of(p, c->nreqs + 1, &r->spec);
     bool guided = r->spec.label >= 0 && r->spec.cfg != 1.0f;
-    sched_request_t sr = {.resolution = r->spec.res,
-                          .n = r->spec.n * (guided ? 2 : 1),
-                          .steps = r->spec.steps,
-                          .step_evals = r->spec.sampler == DIT_SAMPLER_HEUN ? 2 : 1,
-                          .deadline_s = p->deadline_ms > 0 ? now + p->deadline_ms / 1e3 : 0,
-                          .priority = p->priority};
+    coord_sched_request_t sr = {.resolution = r->spec.res,
+                                .n = r->spec.n * (guided ? 2 : 1),
+                                .steps = r->spec.steps,
+                                .step_evals = r->spec.sampler == DIT_SAMPLER_HEUN ? 2 : 1,
+                                .deadline_s = p->deadline_ms > 0 ? now + p->deadline_ms / 1e3 : 0,
+                                .priority = p->priority};
     c->nreqs++;
-    return sched_arrive(c->sched, now, &sr, NULL);
+    return coord_sched_arrive(c->sched, now, &sr, NULL);
 }
 
 /* Reported tasks: the scheduler hears of them; finished requests go back to the queue. */
@@ -296,7 +296,7 @@ static tdl_status_t coord_collect(coord_t *c, int *nout)
         coord_req_t *r = &c->reqs[id];
         tdl_status_t s;
         if (fin[i].status == TDL_OK) {
-            s = sched_finished(c->sched, now, id, NULL);
+            s = coord_sched_finished(c->sched, now, id, NULL);
             if (fin[i].kind == SERVE_TASK_DECODE) {
                 TDL_INFO("request %s: done, %.3f s after it arrived", serve_job_params(r->job)->id,
                          now - r->arrival_s);
@@ -306,12 +306,14 @@ static tdl_status_t coord_collect(coord_t *c, int *nout)
         } else {
             free(fin[i].png);
             char why[SERVE_ERROR_MAX];
-            snprintf(why, sizeof(why), "its %s task failed on executor ranks %d..%d (see their "
-                     "log)", serve_task_name(fin[i].kind), fin[i].ranks[0],
+            snprintf(why, sizeof(why),
+                     "its %s task failed on executor ranks %d..%d (see their "
+                     "log)",
+                     serve_task_name(fin[i].kind), fin[i].ranks[0],
                      fin[i].ranks[fin[i].degree - 1]);
             coord_log(c, id, now, false);
             serve_job_fail(c->q, r->job, why);
-            s = sched_failed(c->sched, now, id);
+            s = coord_sched_failed(c->sched, now, id);
         }
         if (st == TDL_OK)
             st = s;
@@ -322,19 +324,19 @@ static tdl_status_t coord_collect(coord_t *c, int *nout)
 
 double serve_coord_backlog_s(const serve_coord_t *c, int waiting)
 {
-    int live = sched_live(c->sched);
-    double now = tdl_clock_s() - c->t0, sum = sched_backlog_s(c->sched, now, NULL);
+    int live = coord_sched_live(c->sched);
+    double now = tdl_clock_s() - c->t0, sum = coord_sched_backlog_s(c->sched, now, NULL);
     /* a request still in the queue counts as the average live one, or a small one */
     double each = live ? sum / live
-                       : policy_single_rank_s(&c->cost, 32, 1, 2.0 * 20 /* 20 Heun steps */);
+                       : coord_policy_single_rank_s(&c->cost, 32, 1, 2.0 * 20 /* 20 Heun steps */);
     return sum + waiting * each;
 }
 
 /* The policy's degrees this model and job can run: they divide the heads and the width, and
  * fit the executors. */
-static void coord_trim_cost(cost_model_t *cost, const dit_config_t *m, int executors)
+static void coord_trim_cost(coord_cost_model_t *cost, const dit_config_t *m, int executors)
 {
-    for (int k = 0; k < COST_NSTAGES; k++) {
+    for (int k = 0; k < COORD_COST_NSTAGES; k++) {
         int kept = 0;
         for (int i = 0; i < cost->nfits[k]; i++) {
             int p = cost->fits[k][i].degree;
@@ -419,18 +421,22 @@ static int serve_rank0(tdl_params_t *params, int world, dit_model_t *m, serve_di
     if (d) {
         const char *cpath = tdl_param_str(params, "cost");
         if (cpath)
-            st = cost_model_load(cpath, &co.cost);
+            st = coord_cost_model_load(cpath, &co.cost);
         else
-            cost_model_default(&co.cost);
+            coord_cost_model_default(&co.cost);
         coord_trim_cost(&co.cost, c, world - 1);
         const char *log_path = tdl_param_str(params, "request-log");
         if (st == TDL_OK && log_path && !(co.log = fopen(log_path, "w")))
             st = tdl_error_raise(TDL_ERR_IO, "--request-log %s: %s", log_path, strerror(errno));
-        sched_config_t sc = {.ranks = world - 1, .chunk = chunk, .max_degree = SERVE_MAX_DEGREE,
-                             .cost = &co.cost, .policy = policy_find(policy_name),
-                             .start = coord_start, .user = &co};
+        coord_sched_config_t sc = {.ranks = world - 1,
+                                   .chunk = chunk,
+                                   .max_degree = SERVE_MAX_DEGREE,
+                                   .cost = &co.cost,
+                                   .policy = coord_policy_find(policy_name),
+                                   .start = coord_start,
+                                   .user = &co};
         if (st == TDL_OK)
-            st = sched_create(&sc, &co.sched);
+            st = coord_sched_create(&sc, &co.sched);
         if (st == TDL_OK && hooks && hooks->start)
             st = hooks->start(hooks->user, &co, world);
         if (st != TDL_OK) {
@@ -460,8 +466,8 @@ static int serve_rank0(tdl_params_t *params, int world, dit_model_t *m, serve_di
     printf("tidal serve: %s (%zu parameters, %d classes) from %s (%s weights), up to %dx%d, "
            "queue of %lld\n",
            c->name, m->num_params, c->num_classes, ckpt ? ckpt : "the training run",
-           tdl_param_str(params, "weights"), max_res,
-           max_res, (long long)tdl_param_int(params, "queue-max"));
+           tdl_param_str(params, "weights"), max_res, max_res,
+           (long long)tdl_param_int(params, "queue-max"));
     if (http) {
         /* the address as bound: the port chosen when it said 0 */
         char host[300];
@@ -506,18 +512,19 @@ static int serve_rank0(tdl_params_t *params, int world, dit_model_t *m, serve_di
             st = coord_collect(&co, &got);
             /* the policy sees up to a few requests per executor; the rest wait in the queue,
              * which answers 503 when it is full */
-            while (st == TDL_OK && sched_live(co.sched) < admit_max &&
+            while (st == TDL_OK && coord_sched_live(co.sched) < admit_max &&
                    serve_queue_pop(q, 0, &job) == TDL_OK) {
                 st = coord_arrive(&co, job);
                 admitted++;
             }
             if (st == TDL_OK && hooks && hooks->tick)
                 st = hooks->tick(hooks->user, &co, tdl_clock_s() - co.t0);
-            if (st == TDL_OK && !hooks && sched_live(co.sched) > 0 &&
-                sched_running(co.sched) == 0)
-                st = tdl_error_raise(TDL_ERR_INTERNAL, "policy %s leaves %d requests waiting with "
-                                     "every executor idle", sched_policy_name(co.sched),
-                                     sched_live(co.sched));
+            if (st == TDL_OK && !hooks && coord_sched_live(co.sched) > 0 &&
+                coord_sched_running(co.sched) == 0)
+                st = tdl_error_raise(TDL_ERR_INTERNAL,
+                                     "policy %s leaves %d requests waiting with "
+                                     "every executor idle",
+                                     coord_sched_policy_name(co.sched), coord_sched_live(co.sched));
             if (st != TDL_OK) {
                 fprintf(stderr, "tidal: serve: %s\n", tdl_error_get());
                 goto out;
@@ -584,11 +591,11 @@ out:
     if (co.sched) {
         uint64_t ids[64];
         int n;
-        while ((n = sched_drop_waiting(co.sched, ids, (int)TDL_ARRAY_SIZE(ids))) > 0)
+        while ((n = coord_sched_drop_waiting(co.sched, ids, (int)TDL_ARRAY_SIZE(ids))) > 0)
             for (int i = 0; i < n; i++)
                 serve_job_fail(q, co.reqs[ids[i]].job, "the server is shutting down");
     }
-    while (co.sched && rc == CLI_EXIT_OK && sched_live(co.sched) > 0) {
+    while (co.sched && rc == CLI_EXIT_OK && coord_sched_live(co.sched) > 0) {
         int got = 0;
         if ((st = coord_collect(&co, &got)) == TDL_OK && hooks && hooks->tick)
             st = hooks->tick(hooks->user, &co, tdl_clock_s() - co.t0);
@@ -609,14 +616,14 @@ out:
             usleep(300);
     }
     if (co.sched) {
-        sched_stats_t k;
-        sched_get_stats(co.sched, &k);
+        coord_sched_stats_t k;
+        coord_sched_get_stats(co.sched, &k);
         printf("tidal serve: policy %s: %ld tasks, %ld moves of state\n",
-               sched_policy_name(co.sched), k.tasks, k.migrations);
+               coord_sched_policy_name(co.sched), k.tasks, k.migrations);
         if (hooks && hooks->finish)
             hooks->finish(hooks->user, &co);
     }
-    sched_free(co.sched);
+    coord_sched_free(co.sched);
     free(co.reqs);
     if (co.log)
         fclose(co.log);
@@ -651,14 +658,14 @@ int serve_main(tdl_params_t *params, const char *what, const serve_hooks_t *hook
     if (tdl_param_bool(params, "exit-after-trace") && !tdl_param_str(params, "trace"))
         return cli_usage_error("--exit-after-trace needs --trace FILE");
     const char *pname = tdl_param_str(params, "policy");
-    if (pname && !policy_find(pname))
-        return cli_usage_error("unknown --policy '%s': use one of %s", pname, policy_names());
+    if (pname && !coord_policy_find(pname))
+        return cli_usage_error("unknown --policy '%s': use one of %s", pname, coord_policy_names());
     int sp = (int)tdl_param_int(params, "sp");
     if (!pname && sp != 1 && sp != 2 && sp != 4 && sp != 8)
         return cli_usage_error("--sp %d: use 1, 2, 4 or 8 (or a dynamic --policy)", sp);
     if (tdl_param_str(params, "cost")) {
-        cost_model_t cm;
-        if (cost_model_load(tdl_param_str(params, "cost"), &cm) != TDL_OK)
+        coord_cost_model_t cm;
+        if (coord_cost_model_load(tdl_param_str(params, "cost"), &cm) != TDL_OK)
             return cli_usage_error("--cost: %s", tdl_error_get());
     }
 
@@ -702,14 +709,16 @@ int serve_main(tdl_params_t *params, const char *what, const serve_hooks_t *hook
             const dit_config_t *mc = &m->config;
             if (sp > me.size - 1) {
                 if (me.rank == 0)
-                    fprintf(stderr, "tidal: serve: degree %d needs %d executor ranks; this job "
-                                    "has %d (mpirun -np %d)\n",
+                    fprintf(stderr,
+                            "tidal: serve: degree %d needs %d executor ranks; this job "
+                            "has %d (mpirun -np %d)\n",
                             sp, sp, me.size - 1, sp + 1);
                 rc = CLI_EXIT_USAGE;
             } else if (mc->num_heads % sp || mc->hidden_size % sp) {
                 if (me.rank == 0)
-                    fprintf(stderr, "tidal: serve: degree %d does not divide the model's %d heads "
-                                    "and width %d\n",
+                    fprintf(stderr,
+                            "tidal: serve: degree %d does not divide the model's %d heads "
+                            "and width %d\n",
                             sp, mc->num_heads, mc->hidden_size);
                 rc = CLI_EXIT_USAGE;
             }

@@ -18,8 +18,8 @@ static const tdl_param_def_t sim_params[] = {
      "placement policy: static_sp1, static_sp2, static_sp4, static_sp8, fcfs, sjf, srtf, "
      "edf_greedy, edf_best_fit, edf_priority",
      NULL, 1, 0},
-    {"trace", TDL_PARAM_STRING, NULL, "JSON-lines trace (tidal workload, or serve's --trace)",
-     NULL, 1, 0},
+    {"trace", TDL_PARAM_STRING, NULL, "JSON-lines trace (tidal workload, or serve's --trace)", NULL,
+     1, 0},
     {"cost", TDL_PARAM_STRING, NULL,
      "cost model JSON (tidal profile; doc/scheduler.md); default: the built-in model", NULL, 1, 0},
     {"chunk", TDL_PARAM_INT, "1", "denoising steps per STEP_CHUNK task (tidal serve's default too)",
@@ -40,29 +40,29 @@ static int sim_run_cmd(tdl_params_t *params, int npos, char **pos)
     if (!trace)
         return cli_usage_error("'tidal sim' needs --trace FILE (see 'tidal workload')");
     const char *pname = tdl_param_str(params, "policy");
-    const policy_ops_t *policy = policy_find(pname);
+    const coord_policy_ops_t *policy = coord_policy_find(pname);
     if (!policy)
-        return cli_usage_error("unknown --policy '%s': use one of %s", pname, policy_names());
-    cost_model_t cost;
+        return cli_usage_error("unknown --policy '%s': use one of %s", pname, coord_policy_names());
+    coord_cost_model_t cost;
     const char *cpath = tdl_param_str(params, "cost");
     if (cpath) {
-        if (cost_model_load(cpath, &cost) != TDL_OK)
+        if (coord_cost_model_load(cpath, &cost) != TDL_OK)
             return cli_usage_error("%s", tdl_error_get());
     } else {
-        cost_model_default(&cost);
+        coord_cost_model_default(&cost);
     }
-    workload_request_t *reqs = NULL;
+    coord_workload_request_t *reqs = NULL;
     int n = 0;
-    if (workload_read(trace, &reqs, &n) != TDL_OK)
+    if (coord_workload_read(trace, &reqs, &n) != TDL_OK)
         return cli_usage_error("%s", tdl_error_get());
-    sim_config_t cfg = {.ranks = (int)tdl_param_int(params, "ranks"),
-                        .chunk = (int)tdl_param_int(params, "chunk"),
-                        .cost = &cost,
-                        .policy = policy};
-    sim_result_t r;
+    coord_sim_config_t cfg = {.ranks = (int)tdl_param_int(params, "ranks"),
+                              .chunk = (int)tdl_param_int(params, "chunk"),
+                              .cost = &cost,
+                              .policy = policy};
+    coord_sim_result_t r;
     double t0 = tdl_clock_s();
     double *finish = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
-    tdl_status_t st = finish ? sim_run(&cfg, reqs, n, &r, finish)
+    tdl_status_t st = finish ? coord_sim_run(&cfg, reqs, n, &r, finish)
                              : tdl_error_raise(TDL_ERR_NOMEM, "sim: out of memory");
     double wall = tdl_clock_s() - t0;
     const char *log_path = tdl_param_str(params, "request-log");
@@ -89,19 +89,19 @@ static int sim_run_cmd(tdl_params_t *params, int npos, char **pos)
     if (!strcmp(tdl_param_str(params, "format"), "csv")) {
         printf("policy,ranks,requests,makespan_s,throughput_rps,goodput_rps,mean_s,p50_s,p95_s,"
                "p99_s,slo_violation_rate,utilization,tasks,migrations,sim_wall_s\n");
-        printf("%s,%d,%d,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%ld,%ld,%.3f\n",
-               policy->name, cfg.ranks, r.requests, r.makespan_s, r.throughput_rps,
-               r.goodput_rps, r.mean_s, r.p50_s, r.p95_s, r.p99_s, r.slo_violation_rate,
-               r.utilization, r.tasks, r.migrations, wall);
+        printf("%s,%d,%d,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%ld,%ld,%.3f\n", policy->name,
+               cfg.ranks, r.requests, r.makespan_s, r.throughput_rps, r.goodput_rps, r.mean_s,
+               r.p50_s, r.p95_s, r.p99_s, r.slo_violation_rate, r.utilization, r.tasks,
+               r.migrations, wall);
     } else {
         printf("tidal sim: %s on %d ranks: %d requests in %.3f s (%.3f/s, %.3f met their "
                "deadline/s); latency mean %.4f s, p50 %.4f, p95 %.4f, p99 %.4f; SLO violations "
                "%d of %d (%.1f%%); utilization %.1f%%; %ld tasks, %ld migrations (%.4f s); "
                "simulated in %.2f s\n",
-               policy->name, cfg.ranks, r.requests, r.makespan_s, r.throughput_rps,
-               r.goodput_rps, r.mean_s, r.p50_s, r.p95_s, r.p99_s, r.slo_violations,
-               r.with_deadline, 100 * r.slo_violation_rate, 100 * r.utilization, r.tasks,
-               r.migrations, r.migration_s, wall);
+               policy->name, cfg.ranks, r.requests, r.makespan_s, r.throughput_rps, r.goodput_rps,
+               r.mean_s, r.p50_s, r.p95_s, r.p99_s, r.slo_violations, r.with_deadline,
+               100 * r.slo_violation_rate, 100 * r.utilization, r.tasks, r.migrations,
+               r.migration_s, wall);
     }
     return CLI_EXIT_OK;
 }

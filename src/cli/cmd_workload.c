@@ -12,25 +12,22 @@
 static const tdl_param_def_t workload_params[] = {
     {"output", TDL_PARAM_STRING, "-", "where the trace goes (-o; '-': standard output)", NULL, 1,
      0},
-    {"ranks", TDL_PARAM_INT, "8", "ranks of the cluster the load is relative to", NULL, 1,
-     1 << 20},
+    {"ranks", TDL_PARAM_INT, "8", "ranks of the cluster the load is relative to", NULL, 1, 1 << 20},
     {"load", TDL_PARAM_DOUBLE, "1.0",
      "arrival rate as a fraction of the cluster's single-rank capacity", NULL, 1e-6, 1e6},
-    {"requests", TDL_PARAM_INT, "1000", "requests (0 with --phases: until the phases end)", NULL,
-     0, 1e8},
+    {"requests", TDL_PARAM_INT, "1000", "requests (0 with --phases: until the phases end)", NULL, 0,
+     1e8},
     {"phases", TDL_PARAM_STRING, NULL,
-     "piecewise Poisson: LOAD:SECONDS,... (e.g. 0.5:60,1.5:30), repeated until --requests", NULL,
+     "piecewise Poisson: LOAD:SECONDS,... (e.g. 0.5:60,1.5:30), repeated until --requests", NULL, 1,
+     0},
+    {"mix", TDL_PARAM_STRING, "0.5,0.3,0.2", "shares of classes S, M, L (32, 64, 128 pixels)", NULL,
      1, 0},
-    {"mix", TDL_PARAM_STRING, "0.5,0.3,0.2", "shares of classes S, M, L (32, 64, 128 pixels)",
-     NULL, 1, 0},
     {"alpha", TDL_PARAM_STRING, "1.5,2,6",
-     "deadline per class S, M, L: arrival + alpha x single-rank time (0: no deadline)", NULL, 1,
-     0},
-    {"class-steps", TDL_PARAM_STRING, "20,30,50", "denoising steps of classes S, M, L", NULL, 1,
-     0},
+     "deadline per class S, M, L: arrival + alpha x single-rank time (0: no deadline)", NULL, 1, 0},
+    {"class-steps", TDL_PARAM_STRING, "20,30,50", "denoising steps of classes S, M, L", NULL, 1, 0},
     {"class-priority", TDL_PARAM_STRING, "2,1,0", "priority of classes S, M, L", NULL, 1, 0},
-    {"seed", TDL_PARAM_INT, "1", "seed of the arrivals, classes, labels and request seeds", NULL,
-     0, 9.2e18},
+    {"seed", TDL_PARAM_INT, "1", "seed of the arrivals, classes, labels and request seeds", NULL, 0,
+     9.2e18},
     {"cost", TDL_PARAM_STRING, NULL,
      "cost model JSON for the single-rank times (default: the built-in model)", NULL, 1, 0},
 };
@@ -53,8 +50,8 @@ static int workload_run(tdl_params_t *params, int npos, char **pos)
 {
     if (npos)
         return cli_usage_error("'tidal workload' takes no positional argument ('%s')", pos[0]);
-    workload_config_t c;
-    workload_config_default(&c);
+    coord_workload_config_t c;
+    coord_workload_config_default(&c);
     c.ranks = (int)tdl_param_int(params, "ranks");
     c.load = tdl_param_double(params, "load");
     c.requests = (int)tdl_param_int(params, "requests");
@@ -88,8 +85,8 @@ static int workload_run(tdl_params_t *params, int npos, char **pos)
         const char *p = ph;
         while (*p) {
             char *end;
-            if (c.nphases == WORKLOAD_MAX_PHASES)
-                return cli_usage_error("--phases: at most %d phases", WORKLOAD_MAX_PHASES);
+            if (c.nphases == COORD_WORKLOAD_MAX_PHASES)
+                return cli_usage_error("--phases: at most %d phases", COORD_WORKLOAD_MAX_PHASES);
             double l = strtod(p, &end);
             if (end == p || *end != ':' || !(l >= 0))
                 return cli_usage_error("--phases '%s': want LOAD:SECONDS,...", ph);
@@ -106,27 +103,28 @@ static int workload_run(tdl_params_t *params, int npos, char **pos)
     } else if (c.requests == 0) {
         return cli_usage_error("--requests 0 needs --phases");
     }
-    cost_model_t cost;
+    coord_cost_model_t cost;
     const char *cpath = tdl_param_str(params, "cost");
     if (cpath) {
-        if (cost_model_load(cpath, &cost) != TDL_OK)
+        if (coord_cost_model_load(cpath, &cost) != TDL_OK)
             return cli_usage_error("%s", tdl_error_get());
     } else {
-        cost_model_default(&cost);
+        coord_cost_model_default(&cost);
     }
-    workload_request_t *reqs = NULL;
+    coord_workload_request_t *reqs = NULL;
     int n = 0;
-    if (workload_generate(&c, &cost, &reqs, &n) != TDL_OK)
+    if (coord_workload_generate(&c, &cost, &reqs, &n) != TDL_OK)
         return cli_usage_error("%s", tdl_error_get());
-    tdl_status_t st = workload_write(tdl_param_str(params, "output"), reqs, n);
+    tdl_status_t st = coord_workload_write(tdl_param_str(params, "output"), reqs, n);
     free(reqs);
     if (st != TDL_OK) {
         fprintf(stderr, "tidal: workload: %s\n", tdl_error_get());
         return CLI_EXIT_FAILURE;
     }
     if (strcmp(tdl_param_str(params, "output"), "-"))
-        fprintf(stderr, "tidal workload: %d requests to %s (capacity %.3f requests/s at %d ranks)\n",
-                n, tdl_param_str(params, "output"), workload_capacity_rps(&c, &cost), c.ranks);
+        fprintf(stderr,
+                "tidal workload: %d requests to %s (capacity %.3f requests/s at %d ranks)\n", n,
+                tdl_param_str(params, "output"), coord_workload_capacity_rps(&c, &cost), c.ranks);
     return CLI_EXIT_OK;
 }
 

@@ -12,7 +12,6 @@
 #include "core/core.h"
 #include "dit/dit.h"
 #include "gfc/gfc.h"
-#include "serve/front.h"
 #include "serve/serve.h"
 
 typedef struct serve_coord_req {
@@ -26,8 +25,8 @@ typedef struct serve_coord_req {
 typedef struct serve_coord {
     serve_dispatcher_t *d;
     serve_queue_t *q;
-    sched_t *sched;
-    cost_model_t cost;
+    coord_sched_t *sched;
+    coord_cost_model_t cost;
     serve_coord_req_t *reqs; /* by the scheduler's request number */
     size_t nreqs, cap;
     bool cfg_parallel;
@@ -48,8 +47,8 @@ typedef struct serve_hooks {
     /* Rank 0, after the last request: summaries, plots */
     void (*finish)(void *user, serve_coord_t *c);
     /* Ranks 1 .. N-1: their whole life, instead of serve_executor_loop */
-    tdl_status_t (*worker)(void *user, tdl_params_t *params, gfc_runtime_t *rt, int rank,
-                           int world, dit_model_t *model);
+    tdl_status_t (*worker)(void *user, tdl_params_t *params, gfc_runtime_t *rt, int rank, int world,
+                           dit_model_t *model);
 } serve_hooks_t;
 
 /* `tidal serve` with hooks (NULL: plain serving). Answers the exit code of every rank. */

@@ -10,16 +10,17 @@
 
 #include "coord/cost.h"
 
-static const char *const stage_names[COST_NSTAGES] = {"prepare", "step", "decode"};
+static const char *const stage_names[COORD_COST_NSTAGES] = {"prepare", "step", "decode"};
 
-const char *cost_stage_name(cost_stage_t stage)
+const char *coord_cost_stage_name(coord_cost_stage_t stage)
 {
-    return (unsigned)stage < COST_NSTAGES ? stage_names[stage] : "?";
+    return (unsigned)stage < COORD_COST_NSTAGES ? stage_names[stage] : "?";
 }
 
-static const cost_fit_t *find_fit(const cost_model_t *m, cost_stage_t stage, int degree)
+static const coord_cost_fit_t *find_fit(const coord_cost_model_t *m, coord_cost_stage_t stage,
+                                        int degree)
 {
-    if ((unsigned)stage >= COST_NSTAGES)
+    if ((unsigned)stage >= COORD_COST_NSTAGES)
         return NULL;
     for (int i = 0; i < m->nfits[stage]; i++)
         if (m->fits[stage][i].degree == degree)
@@ -27,10 +28,10 @@ static const cost_fit_t *find_fit(const cost_model_t *m, cost_stage_t stage, int
     return NULL;
 }
 
-tdl_status_t cost_model_set_fit(cost_model_t *m, cost_stage_t stage, int degree, double a,
-                                double b, double c, double rel_err)
+tdl_status_t coord_cost_model_set_fit(coord_cost_model_t *m, coord_cost_stage_t stage, int degree,
+                                      double a, double b, double c, double rel_err)
 {
-    if ((unsigned)stage >= COST_NSTAGES)
+    if ((unsigned)stage >= COORD_COST_NSTAGES)
         return tdl_error_raise(TDL_ERR_INVALID_ARG, "cost model: unknown stage %d", (int)stage);
     if (degree < 1 || degree > 1024 || (degree & (degree - 1)))
         return tdl_error_raise(TDL_ERR_INVALID_ARG,
@@ -38,15 +39,15 @@ tdl_status_t cost_model_set_fit(cost_model_t *m, cost_stage_t stage, int degree,
     if (!isfinite(a) || !isfinite(b) || !isfinite(c) || !isfinite(rel_err))
         return tdl_error_raise(TDL_ERR_INVALID_ARG, "cost model: %s at degree %d: not finite",
                                stage_names[stage], degree);
-    cost_fit_t f = {degree, a, b, c, rel_err};
-    cost_fit_t *slot = (cost_fit_t *)find_fit(m, stage, degree);
+    coord_cost_fit_t f = {degree, a, b, c, rel_err};
+    coord_cost_fit_t *slot = (coord_cost_fit_t *)find_fit(m, stage, degree);
     if (slot) {
         *slot = f;
         return TDL_OK;
     }
-    if (m->nfits[stage] == COST_MAX_FITS)
+    if (m->nfits[stage] == COORD_COST_MAX_FITS)
         return tdl_error_raise(TDL_ERR_INVALID_ARG, "cost model: more than %d degrees for %s",
-                               COST_MAX_FITS, stage_names[stage]);
+                               COORD_COST_MAX_FITS, stage_names[stage]);
     int i = m->nfits[stage]++;
     for (; i > 0 && m->fits[stage][i - 1].degree > degree; i--)
         m->fits[stage][i] = m->fits[stage][i - 1];
@@ -54,9 +55,10 @@ tdl_status_t cost_model_set_fit(cost_model_t *m, cost_stage_t stage, int degree,
     return TDL_OK;
 }
 
-double cost_stage_s(const cost_model_t *m, cost_stage_t stage, int tokens, int degree)
+double coord_cost_stage_s(const coord_cost_model_t *m, coord_cost_stage_t stage, int tokens,
+                          int degree)
 {
-    const cost_fit_t *f = find_fit(m, stage, degree);
+    const coord_cost_fit_t *f = find_fit(m, stage, degree);
     if (!f)
         return INFINITY;
     double x = tokens;
@@ -64,22 +66,22 @@ double cost_stage_s(const cost_model_t *m, cost_stage_t stage, int tokens, int d
     return s > 0 ? s : 0;
 }
 
-bool cost_has_degree(const cost_model_t *m, cost_stage_t stage, int degree)
+bool coord_cost_has_degree(const coord_cost_model_t *m, coord_cost_stage_t stage, int degree)
 {
     return find_fit(m, stage, degree) != NULL;
 }
 
-int cost_tokens(const cost_model_t *m, int resolution)
+int coord_cost_tokens(const coord_cost_model_t *m, int resolution)
 {
     int side = resolution / (m->patch > 0 ? m->patch : 1);
     return side * side;
 }
 
-double cost_migration_s(const cost_model_t *m, int tokens, int images)
+double coord_cost_migration_s(const coord_cost_model_t *m, int tokens, int images)
 {
     double bytes = m->state_bytes_per_token * tokens * images;
-    return m->migration_latency_s + (m->migration_bytes_per_s > 0 ? bytes / m->migration_bytes_per_s
-                                                                   : 0);
+    return m->migration_latency_s +
+           (m->migration_bytes_per_s > 0 ? bytes / m->migration_bytes_per_s : 0);
 }
 
 /* Solves the 3x3 system by Gaussian elimination with partial pivoting; false if singular. */
@@ -112,8 +114,8 @@ static bool solve3(double m[3][4], double out[3])
     return true;
 }
 
-tdl_status_t cost_fit_quadratic(const double *xs, const double *ys, int n, double *a, double *b,
-                                double *c, double *rel_err)
+tdl_status_t coord_cost_fit_quadratic(const double *xs, const double *ys, int n, double *a,
+                                      double *b, double *c, double *rel_err)
 {
     if (n < 1 || !xs || !ys)
         return tdl_error_raise(TDL_ERR_INVALID_ARG, "cost fit: no points");
@@ -155,7 +157,7 @@ tdl_status_t cost_fit_quadratic(const double *xs, const double *ys, int n, doubl
     return TDL_OK;
 }
 
-void cost_model_default(cost_model_t *m)
+void coord_cost_model_default(coord_cost_model_t *m)
 {
     memset(m, 0, sizeof(*m));
     snprintf(m->name, sizeof(m->name), "fmnist-ideal");
@@ -178,12 +180,12 @@ void cost_model_default(cost_model_t *m)
         double ys[3], a, b, c, e;
         for (int k = 0; k < 3; k++)
             ys[k] = steps[i].ms[k] * 1e-3;
-        if (cost_fit_quadratic(xs, ys, 3, &a, &b, &c, &e) == TDL_OK)
-            cost_model_set_fit(m, COST_STEP, steps[i].degree, a, b, c, e);
+        if (coord_cost_fit_quadratic(xs, ys, 3, &a, &b, &c, &e) == TDL_OK)
+            coord_cost_model_set_fit(m, COORD_COST_STEP, steps[i].degree, a, b, c, e);
     }
     /* Noise from the seed, and un-patchify plus PNG on the group's first member. */
-    cost_model_set_fit(m, COST_PREPARE, 1, 0, 2e-7, 1e-4, 0);
-    cost_model_set_fit(m, COST_DECODE, 1, 0, 2e-6, 3e-4, 0);
+    coord_cost_model_set_fit(m, COORD_COST_PREPARE, 1, 0, 2e-7, 1e-4, 0);
+    coord_cost_model_set_fit(m, COORD_COST_DECODE, 1, 0, 2e-6, 3e-4, 0);
 }
 
 /* ---- JSON ------------------------------------------------------------------------------- */
@@ -202,7 +204,7 @@ static bool get_num(json_t *obj, const char *key, double *out)
     return isfinite(*out);
 }
 
-tdl_status_t cost_model_load(const char *path, cost_model_t *out)
+tdl_status_t coord_cost_model_load(const char *path, coord_cost_model_t *out)
 {
     json_error_t jerr;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
@@ -212,12 +214,11 @@ tdl_status_t cost_model_load(const char *path, cost_model_t *out)
             return tdl_error_raise(errno == ENOENT ? TDL_ERR_NOT_FOUND : TDL_ERR_IO,
                                    "cost model %s: %s", path, strerror(errno));
         fclose(f);
-        return tdl_error_raise(TDL_ERR_CORRUPT, "cost model %s:%d: %s", path, jerr.line,
-                               jerr.text);
+        return tdl_error_raise(TDL_ERR_CORRUPT, "cost model %s:%d: %s", path, jerr.line, jerr.text);
     }
     tdl_status_t st = TDL_OK;
     char msg[256];
-    cost_model_t m;
+    coord_cost_model_t m;
     memset(&m, 0, sizeof(m));
     m.per_image = true;
     json_t *v, *stages, *mig;
@@ -250,7 +251,7 @@ tdl_status_t cost_model_load(const char *path, cost_model_t *out)
     json_object_foreach(stages, sname, sobj)
     {
         int s = -1;
-        for (int k = 0; k < COST_NSTAGES; k++)
+        for (int k = 0; k < COORD_COST_NSTAGES; k++)
             if (!strcmp(sname, stage_names[k]))
                 s = k;
         if (s < 0 || !json_is_object(sobj)) {
@@ -268,7 +269,7 @@ tdl_status_t cost_model_load(const char *path, cost_model_t *out)
             if (*end || !json_is_object(fobj) || !get_num(fobj, "a", &a) ||
                 !get_num(fobj, "b", &b) || !get_num(fobj, "c", &c) ||
                 (json_object_get(fobj, "rel_err") && !get_num(fobj, "rel_err", &e)) ||
-                cost_model_set_fit(&m, (cost_stage_t)s, (int)d, a, b, c, e) != TDL_OK) {
+                coord_cost_model_set_fit(&m, (coord_cost_stage_t)s, (int)d, a, b, c, e) != TDL_OK) {
                 snprintf(msg, sizeof(msg),
                          "stages.%s.%s must be {\"a\", \"b\", \"c\"[, \"rel_err\"]} numbers "
                          "under a power-of-two degree",
@@ -278,7 +279,7 @@ tdl_status_t cost_model_load(const char *path, cost_model_t *out)
             }
         }
     }
-    for (int k = 0; k < COST_NSTAGES; k++)
+    for (int k = 0; k < COORD_COST_NSTAGES; k++)
         if (!m.nfits[k]) {
             snprintf(msg, sizeof(msg), "stage '%s' has no fit", stage_names[k]);
             st = bad(path, msg);
@@ -299,7 +300,7 @@ out:
     return st;
 }
 
-tdl_status_t cost_model_save(const cost_model_t *m, const char *path)
+tdl_status_t coord_cost_model_save(const coord_cost_model_t *m, const char *path)
 {
     json_t *root = json_object(), *stages = json_object(), *mig = json_object();
     json_object_set_new(root, "model", json_string(m->name));
@@ -307,15 +308,15 @@ tdl_status_t cost_model_save(const cost_model_t *m, const char *path)
     json_object_set_new(root, "per_image", json_boolean(m->per_image));
     json_object_set_new(root, "x", json_string("tokens"));
     json_object_set_new(root, "y", json_string("seconds"));
-    for (int s = 0; s < COST_NSTAGES; s++) {
+    for (int s = 0; s < COORD_COST_NSTAGES; s++) {
         json_t *so = json_object();
         for (int i = 0; i < m->nfits[s]; i++) {
-            const cost_fit_t *f = &m->fits[s][i];
+            const coord_cost_fit_t *f = &m->fits[s][i];
             char key[16];
             snprintf(key, sizeof(key), "%d", f->degree);
             json_object_set_new(so, key,
-                                json_pack("{s:f, s:f, s:f, s:f}", "a", f->a, "b", f->b, "c",
-                                          f->c, "rel_err", f->rel_err));
+                                json_pack("{s:f, s:f, s:f, s:f}", "a", f->a, "b", f->b, "c", f->c,
+                                          "rel_err", f->rel_err));
         }
         json_object_set_new(stages, stage_names[s], so);
     }

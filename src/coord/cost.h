@@ -9,51 +9,57 @@
 
 #include "core/core.h"
 
-#define COST_MAX_FITS 8 /* degrees per stage */
+#define COORD_COST_MAX_FITS 8 /* degrees per stage */
 
-typedef enum { COST_PREPARE = 0, COST_STEP, COST_DECODE, COST_NSTAGES } cost_stage_t;
+typedef enum {
+    COORD_COST_PREPARE = 0,
+    COORD_COST_STEP,
+    COORD_COST_DECODE,
+    COORD_COST_NSTAGES
+} coord_cost_stage_t;
 
 /* seconds = a * x^2 + b * x + c, x the tokens of one image; rel_err the largest |fit - y| / y
  * over the points the fit was made from (0 when not measured). */
-typedef struct cost_fit {
+typedef struct coord_cost_fit {
     int degree;
     double a, b, c, rel_err;
-} cost_fit_t;
+} coord_cost_fit_t;
 
-typedef struct cost_model {
+typedef struct coord_cost_model {
     char name[64];  /* the DiT configuration measured ("fmnist") */
     int patch;      /* pixels per token side: tokens = (resolution / patch)^2 */
     bool per_image; /* true: a stage of n images costs n times the fit */
-    cost_fit_t fits[COST_NSTAGES][COST_MAX_FITS]; /* by ascending degree */
-    int nfits[COST_NSTAGES];
-    double migration_latency_s;    /* fixed cost of moving a request's state between groups */
-    double migration_bytes_per_s;  /* bandwidth of that move */
-    double state_bytes_per_token;  /* live state of one image per token (latents, history) */
-} cost_model_t;
+    coord_cost_fit_t fits[COORD_COST_NSTAGES][COORD_COST_MAX_FITS]; /* by ascending degree */
+    int nfits[COORD_COST_NSTAGES];
+    double migration_latency_s;   /* fixed cost of moving a request's state between groups */
+    double migration_bytes_per_s; /* bandwidth of that move */
+    double state_bytes_per_token; /* live state of one image per token (latents, history) */
+} coord_cost_model_t;
 
-const char *cost_stage_name(cost_stage_t stage);
+const char *coord_cost_stage_name(coord_cost_stage_t stage);
 
 /* An idealized cluster in the ballpark of the fmnist DiT measured on a small machine; see
  * doc/scheduler.md for the numbers and where they come from. */
-void cost_model_default(cost_model_t *model);
+void coord_cost_model_default(coord_cost_model_t *model);
 /* Adds or replaces the fit of (stage, degree); degree a power of two, at most 1024. */
-tdl_status_t cost_model_set_fit(cost_model_t *model, cost_stage_t stage, int degree, double a,
-                                double b, double c, double rel_err);
+tdl_status_t coord_cost_model_set_fit(coord_cost_model_t *model, coord_cost_stage_t stage,
+                                      int degree, double a, double b, double c, double rel_err);
 /* The JSON format of doc/scheduler.md. Load fills *model only on success. */
-tdl_status_t cost_model_load(const char *path, cost_model_t *model);
-tdl_status_t cost_model_save(const cost_model_t *model, const char *path);
+tdl_status_t coord_cost_model_load(const char *path, coord_cost_model_t *model);
+tdl_status_t coord_cost_model_save(const coord_cost_model_t *model, const char *path);
 
 /* Seconds of one image of `tokens` tokens in `stage` at `degree`; INFINITY when the model has
  * no fit at that degree. Never below 0. */
-double cost_stage_s(const cost_model_t *model, cost_stage_t stage, int tokens, int degree);
-bool cost_has_degree(const cost_model_t *model, cost_stage_t stage, int degree);
-int cost_tokens(const cost_model_t *model, int resolution);
+double coord_cost_stage_s(const coord_cost_model_t *model, coord_cost_stage_t stage, int tokens,
+                          int degree);
+bool coord_cost_has_degree(const coord_cost_model_t *model, coord_cost_stage_t stage, int degree);
+int coord_cost_tokens(const coord_cost_model_t *model, int resolution);
 /* Seconds to move the state of `images` images of `tokens` tokens to another group. */
-double cost_migration_s(const cost_model_t *model, int tokens, int images);
+double coord_cost_migration_s(const coord_cost_model_t *model, int tokens, int images);
 
 /* Least-squares y = a x^2 + b x + c over n points (n >= 3; n = 2 fits a line, n = 1 a
- * constant); rel_err as in cost_fit_t. Outputs written only on success. */
-tdl_status_t cost_fit_quadratic(const double *xs, const double *ys, int n, double *a, double *b,
-                                double *c, double *rel_err);
+ * constant); rel_err as in coord_cost_fit_t. Outputs written only on success. */
+tdl_status_t coord_cost_fit_quadratic(const double *xs, const double *ys, int n, double *a,
+                                      double *b, double *c, double *rel_err);
 
 #endif /* TIDAL_COORD_COST_H */

@@ -7,13 +7,14 @@
 
 #include "coord/policy_internal.h"
 
-static const policy_ops_t *const policies[] = {
-    &policy_static_sp1, &policy_static_sp2,   &policy_static_sp4,    &policy_static_sp8,
-    &policy_fcfs,       &policy_sjf,          &policy_srtf,          &policy_edf_greedy,
-    &policy_edf_best_fit, &policy_edf_priority,
+static const coord_policy_ops_t *const policies[] = {
+    &coord_policy_static_sp1,   &coord_policy_static_sp2, &coord_policy_static_sp4,
+    &coord_policy_static_sp8,   &coord_policy_fcfs,       &coord_policy_sjf,
+    &coord_policy_srtf,         &coord_policy_edf_greedy, &coord_policy_edf_best_fit,
+    &coord_policy_edf_priority,
 };
 
-const policy_ops_t *policy_find(const char *name)
+const coord_policy_ops_t *coord_policy_find(const char *name)
 {
     for (size_t i = 0; name && i < TDL_ARRAY_SIZE(policies); i++)
         if (!strcmp(policies[i]->name, name))
@@ -21,12 +22,12 @@ const policy_ops_t *policy_find(const char *name)
     return NULL;
 }
 
-const policy_ops_t *policy_at(int i)
+const coord_policy_ops_t *coord_policy_at(int i)
 {
     return i >= 0 && (size_t)i < TDL_ARRAY_SIZE(policies) ? policies[i] : NULL;
 }
 
-const char *policy_names(void)
+const char *coord_policy_names(void)
 {
     static char buf[256];
     if (!buf[0]) {
@@ -38,30 +39,34 @@ const char *policy_names(void)
     return buf;
 }
 
-policy_class_t policy_class_of(int resolution)
+coord_policy_class_t coord_policy_class_of(int resolution)
 {
-    return resolution <= 32 ? POLICY_CLASS_S : resolution <= 64 ? POLICY_CLASS_M : POLICY_CLASS_L;
+    return resolution <= 32   ? COORD_POLICY_CLASS_S
+           : resolution <= 64 ? COORD_POLICY_CLASS_M
+                              : COORD_POLICY_CLASS_L;
 }
 
-const char *policy_class_name(policy_class_t cls)
+const char *coord_policy_class_name(coord_policy_class_t cls)
 {
-    return cls == POLICY_CLASS_S ? "S" : cls == POLICY_CLASS_M ? "M" : cls == POLICY_CLASS_L ? "L"
-                                                                                           : "?";
+    return cls == COORD_POLICY_CLASS_S   ? "S"
+           : cls == COORD_POLICY_CLASS_M ? "M"
+           : cls == COORD_POLICY_CLASS_L ? "L"
+                                         : "?";
 }
 
 /* ---- estimates ------------------------------------------------------------------------- */
 
-cost_stage_t policy_task_stage(policy_task_t task)
+coord_cost_stage_t coord_policy_task_stage(coord_policy_task_t task)
 {
-    return task == POLICY_TASK_PREPARE ? COST_PREPARE
-           : task == POLICY_TASK_DECODE ? COST_DECODE
-                                        : COST_STEP;
+    return task == COORD_POLICY_TASK_PREPARE  ? COORD_COST_PREPARE
+           : task == COORD_POLICY_TASK_DECODE ? COORD_COST_DECODE
+                                              : COORD_COST_STEP;
 }
 
-int policy_stage_degree(const policy_view_t *v, const policy_request_t *r, policy_task_t task,
-                        int want)
+int coord_policy_stage_degree(const coord_policy_view_t *v, const coord_policy_request_t *r,
+                              coord_policy_task_t task, int want)
 {
-    cost_stage_t s = policy_task_stage(task);
+    coord_cost_stage_t s = coord_policy_task_stage(task);
     int best = 0;
     for (int i = 0; i < v->cost->nfits[s]; i++)
         if (v->cost->fits[s][i].degree <= want)
@@ -69,42 +74,44 @@ int policy_stage_degree(const policy_view_t *v, const policy_request_t *r, polic
     return best;
 }
 
-static double images(const cost_model_t *c, int n)
+static double images(const coord_cost_model_t *c, int n)
 {
     return c->per_image ? n : 1;
 }
 
-double policy_remaining_s(const policy_view_t *v, const policy_request_t *r, int want)
+double coord_policy_remaining_s(const coord_policy_view_t *v, const coord_policy_request_t *r,
+                                int want)
 {
-    const cost_model_t *c = v->cost;
+    const coord_cost_model_t *c = v->cost;
     double t = 0, im = images(c, r->n);
-    if (r->next == POLICY_TASK_PREPARE)
-        t += im * cost_stage_s(c, COST_PREPARE, r->tokens,
-                               policy_stage_degree(v, r, POLICY_TASK_PREPARE, want));
-    if (r->next != POLICY_TASK_DECODE) {
-        int d = policy_stage_degree(v, r, POLICY_TASK_STEP_CHUNK, want);
-        t += (double)(r->steps_total - r->steps_done) * policy_step_evals(r) * im *
-             cost_stage_s(c, COST_STEP, r->tokens, d);
+    if (r->next == COORD_POLICY_TASK_PREPARE)
+        t += im *
+             coord_cost_stage_s(c, COORD_COST_PREPARE, r->tokens,
+                                coord_policy_stage_degree(v, r, COORD_POLICY_TASK_PREPARE, want));
+    if (r->next != COORD_POLICY_TASK_DECODE) {
+        int d = coord_policy_stage_degree(v, r, COORD_POLICY_TASK_STEP_CHUNK, want);
+        t += (double)(r->steps_total - r->steps_done) * coord_policy_step_evals(r) * im *
+             coord_cost_stage_s(c, COORD_COST_STEP, r->tokens, d);
         if (r->steps_done > 0 && r->last_degree && d != r->last_degree)
-            t += cost_migration_s(c, r->tokens, r->n);
+            t += coord_cost_migration_s(c, r->tokens, r->n);
     }
-    t += im * cost_stage_s(c, COST_DECODE, r->tokens,
-                           policy_stage_degree(v, r, POLICY_TASK_DECODE, want));
+    t += im * coord_cost_stage_s(c, COORD_COST_DECODE, r->tokens,
+                                 coord_policy_stage_degree(v, r, COORD_POLICY_TASK_DECODE, want));
     return t;
 }
 
-double policy_single_rank_s(const cost_model_t *c, int resolution, int n, double steps)
+double coord_policy_single_rank_s(const coord_cost_model_t *c, int resolution, int n, double steps)
 {
-    int tok = cost_tokens(c, resolution);
-    return images(c, n) * (cost_stage_s(c, COST_PREPARE, tok, 1) +
-                           steps * cost_stage_s(c, COST_STEP, tok, 1) +
-                           cost_stage_s(c, COST_DECODE, tok, 1));
+    int tok = coord_cost_tokens(c, resolution);
+    return images(c, n) * (coord_cost_stage_s(c, COORD_COST_PREPARE, tok, 1) +
+                           steps * coord_cost_stage_s(c, COORD_COST_STEP, tok, 1) +
+                           coord_cost_stage_s(c, COORD_COST_DECODE, tok, 1));
 }
 
 /* ---- shared orders and degree rules ---------------------------------------------------- */
 
-bool policy_before_arrival(const policy_view_t *v, const policy_request_t *a,
-                           const policy_request_t *b)
+bool coord_policy_before_arrival(const coord_policy_view_t *v, const coord_policy_request_t *a,
+                                 const coord_policy_request_t *b)
 {
     if (a->arrival_s != b->arrival_s)
         return a->arrival_s < b->arrival_s;
@@ -113,25 +120,26 @@ bool policy_before_arrival(const policy_view_t *v, const policy_request_t *a,
     return a->id < b->id;
 }
 
-bool policy_before_deadline(const policy_view_t *v, const policy_request_t *a,
-                            const policy_request_t *b)
+bool coord_policy_before_deadline(const coord_policy_view_t *v, const coord_policy_request_t *a,
+                                  const coord_policy_request_t *b)
 {
     double da = a->deadline_s > 0 ? a->deadline_s : INFINITY;
     double db = b->deadline_s > 0 ? b->deadline_s : INFINITY;
     if (da != db)
         return da < db;
-    return policy_before_arrival(v, a, b);
+    return coord_policy_before_arrival(v, a, b);
 }
 
-int policy_degree_fastest(const policy_view_t *v, const policy_request_t *r, int nfree)
+int coord_policy_degree_fastest(const coord_policy_view_t *v, const coord_policy_request_t *r,
+                                int nfree)
 {
     int best = 0;
     double best_s = INFINITY;
-    for (int i = 0; i < v->cost->nfits[COST_STEP]; i++) {
-        int d = v->cost->fits[COST_STEP][i].degree;
+    for (int i = 0; i < v->cost->nfits[COORD_COST_STEP]; i++) {
+        int d = v->cost->fits[COORD_COST_STEP][i].degree;
         if (d > nfree)
             break;
-        double s = policy_remaining_s(v, r, d);
+        double s = coord_policy_remaining_s(v, r, d);
         if (s < best_s) {
             best_s = s;
             best = d;
@@ -140,31 +148,33 @@ int policy_degree_fastest(const policy_view_t *v, const policy_request_t *r, int
     return best;
 }
 
-int policy_degree_best_fit(const policy_view_t *v, const policy_request_t *r, int nfree)
+int coord_policy_degree_best_fit(const coord_policy_view_t *v, const coord_policy_request_t *r,
+                                 int nfree)
 {
     if (r->deadline_s > 0)
-        for (int i = 0; i < v->cost->nfits[COST_STEP]; i++) {
-            int d = v->cost->fits[COST_STEP][i].degree;
+        for (int i = 0; i < v->cost->nfits[COORD_COST_STEP]; i++) {
+            int d = v->cost->fits[COORD_COST_STEP][i].degree;
             if (d > nfree)
                 break;
-            if (v->now + policy_remaining_s(v, r, d) <= r->deadline_s)
+            if (v->now + coord_policy_remaining_s(v, r, d) <= r->deadline_s)
                 return d;
         }
-    else if (nfree >= 1 && v->cost->nfits[COST_STEP])
-        return v->cost->fits[COST_STEP][0].degree; /* no deadline: the narrowest, then widen */
-    return policy_degree_fastest(v, r, nfree);
+    else if (nfree >= 1 && v->cost->nfits[COORD_COST_STEP])
+        return v->cost->fits[COORD_COST_STEP][0]
+            .degree; /* no deadline: the narrowest, then widen */
+    return coord_policy_degree_fastest(v, r, nfree);
 }
 
 /* ---- the engine ------------------------------------------------------------------------ */
 
 typedef struct engine {
-    const policy_rule_t *rule;
+    const coord_policy_rule_t *rule;
     int *cand;   /* indices of runnable requests not yet considered */
     bool *taken; /* busy, or given in this call */
     int cap_req, cap_ranks;
 } engine_t;
 
-tdl_status_t policy_engine_create(const policy_rule_t *rule, void **state_out)
+tdl_status_t coord_policy_engine_create(const coord_policy_rule_t *rule, void **state_out)
 {
     engine_t *e = calloc(1, sizeof(*e));
     if (!e)
@@ -174,7 +184,7 @@ tdl_status_t policy_engine_create(const policy_rule_t *rule, void **state_out)
     return TDL_OK;
 }
 
-void policy_engine_destroy(void *state)
+void coord_policy_engine_destroy(void *state)
 {
     engine_t *e = state;
     if (!e)
@@ -205,8 +215,8 @@ static tdl_status_t engine_reserve(engine_t *e, int nreq, int nranks)
 }
 
 /* Appends `count` free ranks to ranks[have ..]: those of r's last group first, in order. */
-static void take_ranks(engine_t *e, const policy_view_t *v, const policy_request_t *r, int *ranks,
-                       int have, int count)
+static void take_ranks(engine_t *e, const coord_policy_view_t *v, const coord_policy_request_t *r,
+                       int *ranks, int have, int count)
 {
     int got = 0;
     for (int i = 0; i < r->nranks && got < count; i++) {
@@ -223,11 +233,12 @@ static void take_ranks(engine_t *e, const policy_view_t *v, const policy_request
         }
 }
 
-tdl_status_t policy_engine_place(void *state, const policy_view_t *v, uint64_t request_id,
-                                 policy_placement_t *out, int max_out, int *nout)
+tdl_status_t coord_policy_engine_place(void *state, const coord_policy_view_t *v,
+                                       uint64_t request_id, coord_policy_placement_t *out,
+                                       int max_out, int *nout)
 {
     engine_t *e = state;
-    const policy_rule_t *rule = e->rule;
+    const coord_policy_rule_t *rule = e->rule;
     *nout = 0;
     if (v->nfree <= 0 || max_out <= 0)
         return TDL_OK;
@@ -245,19 +256,19 @@ tdl_status_t policy_engine_place(void *state, const policy_view_t *v, uint64_t r
         for (int i = 1; i < ncand; i++)
             if (rule->before(v, &v->requests[e->cand[i]], &v->requests[e->cand[bi]]))
                 bi = i;
-        const policy_request_t *r = &v->requests[e->cand[bi]];
+        const coord_policy_request_t *r = &v->requests[e->cand[bi]];
         e->cand[bi] = e->cand[--ncand];
         int want = rule->degree(v, r, nfree);
-        int d = want > 0 ? policy_stage_degree(v, r, r->next, want) : 0;
+        int d = want > 0 ? coord_policy_stage_degree(v, r, r->next, want) : 0;
         if (d <= 0 || d > nfree) {
             if (rule->blocking)
                 break;
             continue;
         }
-        policy_placement_t *p = &out[n++];
+        coord_policy_placement_t *p = &out[n++];
         p->request_id = r->id;
         p->degree = d;
-        p->steps = r->next == POLICY_TASK_STEP_CHUNK
+        p->steps = r->next == COORD_POLICY_TASK_STEP_CHUNK
                        ? TDL_MIN(v->chunk, r->steps_total - r->steps_done)
                        : 0;
         take_ranks(e, v, r, p->ranks, 0, d);
@@ -265,17 +276,19 @@ tdl_status_t policy_engine_place(void *state, const policy_view_t *v, uint64_t r
     }
     /* Surplus: widen this round's chunks while the model says wider finishes sooner. */
     for (int i = 0; rule->widen && i < n && nfree > 0; i++) {
-        policy_placement_t *p = &out[i];
-        const policy_request_t *r = NULL;
+        coord_policy_placement_t *p = &out[i];
+        const coord_policy_request_t *r = NULL;
         for (int k = 0; k < v->nrequests && !r; k++)
             if (v->requests[k].id == p->request_id)
                 r = &v->requests[k];
-        if (!r || r->next != POLICY_TASK_STEP_CHUNK)
+        if (!r || r->next != COORD_POLICY_TASK_STEP_CHUNK)
             continue;
         for (;;) {
-            int wider = policy_stage_degree(v, r, r->next, TDL_MIN(2 * p->degree, POLICY_MAX_DEGREE));
+            int wider = coord_policy_stage_degree(v, r, r->next,
+                                                  TDL_MIN(2 * p->degree, COORD_POLICY_MAX_DEGREE));
             if (wider <= p->degree || wider - p->degree > nfree ||
-                !(policy_remaining_s(v, r, wider) < policy_remaining_s(v, r, p->degree)))
+                !(coord_policy_remaining_s(v, r, wider) <
+                  coord_policy_remaining_s(v, r, p->degree)))
                 break;
             take_ranks(e, v, r, p->ranks, p->degree, wider - p->degree);
             nfree -= wider - p->degree;
@@ -286,13 +299,14 @@ tdl_status_t policy_engine_place(void *state, const policy_view_t *v, uint64_t r
     return TDL_OK;
 }
 
-tdl_status_t policy_engine_event(void *state, const policy_view_t *v, const policy_event_t *ev,
-                                 policy_placement_t *out, int max_out, int *nout)
+tdl_status_t coord_policy_engine_event(void *state, const coord_policy_view_t *v,
+                                       const coord_policy_event_t *ev,
+                                       coord_policy_placement_t *out, int max_out, int *nout)
 {
     /* A finished or failed task frees ranks: a moment to place waiting requests. */
-    if (ev->kind == POLICY_EV_STARTED) {
+    if (ev->kind == COORD_POLICY_EV_STARTED) {
         *nout = 0;
         return TDL_OK;
     }
-    return policy_engine_place(state, v, ev->request_id, out, max_out, nout);
+    return coord_policy_engine_place(state, v, ev->request_id, out, max_out, nout);
 }

@@ -6,50 +6,56 @@
 
 #include "coord/policy.h"
 
-typedef struct policy_rule {
+typedef struct coord_policy_rule {
     /* true when a goes before b */
-    bool (*before)(const policy_view_t *v, const policy_request_t *a, const policy_request_t *b);
+    bool (*before)(const coord_policy_view_t *v, const coord_policy_request_t *a,
+                   const coord_policy_request_t *b);
     /* the degree wanted for r's next chunk with `nfree` ranks free (the engine clamps it to the
      * degrees the cost model has for the task's stage); 0: r waits */
-    int (*degree)(const policy_view_t *v, const policy_request_t *r, int nfree);
+    int (*degree)(const coord_policy_view_t *v, const coord_policy_request_t *r, int nfree);
     bool blocking; /* stop at the first request in order that cannot be placed */
     bool widen;    /* after placing, hand the ranks left to this round's chunks, one power of two
                       at a time, where the cost model says the wider degree finishes sooner */
-} policy_rule_t;
+} coord_policy_rule_t;
 
-tdl_status_t policy_engine_create(const policy_rule_t *rule, void **state_out);
-void policy_engine_destroy(void *state);
-tdl_status_t policy_engine_place(void *state, const policy_view_t *view, uint64_t request_id,
-                                 policy_placement_t *out, int max_out, int *nout);
-tdl_status_t policy_engine_event(void *state, const policy_view_t *view, const policy_event_t *ev,
-                                 policy_placement_t *out, int max_out, int *nout);
+tdl_status_t coord_policy_engine_create(const coord_policy_rule_t *rule, void **state_out);
+void coord_policy_engine_destroy(void *state);
+tdl_status_t coord_policy_engine_place(void *state, const coord_policy_view_t *view,
+                                       uint64_t request_id, coord_policy_placement_t *out,
+                                       int max_out, int *nout);
+tdl_status_t coord_policy_engine_event(void *state, const coord_policy_view_t *view,
+                                       const coord_policy_event_t *ev,
+                                       coord_policy_placement_t *out, int max_out, int *nout);
 
 /* Shared orders and degree rules. */
-bool policy_before_arrival(const policy_view_t *v, const policy_request_t *a,
-                           const policy_request_t *b);
-bool policy_before_deadline(const policy_view_t *v, const policy_request_t *a,
-                            const policy_request_t *b);
+bool coord_policy_before_arrival(const coord_policy_view_t *v, const coord_policy_request_t *a,
+                                 const coord_policy_request_t *b);
+bool coord_policy_before_deadline(const coord_policy_view_t *v, const coord_policy_request_t *a,
+                                  const coord_policy_request_t *b);
 /* The degree (of the step fits, at most nfree) that finishes r soonest; ties to the smaller. */
-int policy_degree_fastest(const policy_view_t *v, const policy_request_t *r, int nfree);
+int coord_policy_degree_fastest(const coord_policy_view_t *v, const coord_policy_request_t *r,
+                                int nfree);
 /* The smallest degree whose estimated finish meets r's deadline, else the fastest. */
-int policy_degree_best_fit(const policy_view_t *v, const policy_request_t *r, int nfree);
+int coord_policy_degree_best_fit(const coord_policy_view_t *v, const coord_policy_request_t *r,
+                                 int nfree);
 
 /* An ops table whose three callbacks are the engine's, for a rule named NAME_rule. */
-#define POLICY_ENGINE_OPS(id, namestr, summarystr)                                                 \
+#define COORD_POLICY_ENGINE_OPS(id, namestr, summarystr)                                           \
     static tdl_status_t id##_create(void **state_out)                                              \
     {                                                                                              \
-        return policy_engine_create(&id##_rule, state_out);                                       \
+        return coord_policy_engine_create(&id##_rule, state_out);                                  \
     }                                                                                              \
-    const policy_ops_t policy_##id = {.name = namestr,                                             \
-                                      .summary = summarystr,                                       \
-                                      .create = id##_create,                                       \
-                                      .destroy = policy_engine_destroy,                            \
-                                      .on_arrival = policy_engine_place,                           \
-                                      .on_runnable = policy_engine_place,                          \
-                                      .on_event = policy_engine_event}
+    const coord_policy_ops_t coord_policy_##id = {.name = namestr,                                 \
+                                                  .summary = summarystr,                           \
+                                                  .create = id##_create,                           \
+                                                  .destroy = coord_policy_engine_destroy,          \
+                                                  .on_arrival = coord_policy_engine_place,         \
+                                                  .on_runnable = coord_policy_engine_place,        \
+                                                  .on_event = coord_policy_engine_event}
 
-extern const policy_ops_t policy_static_sp1, policy_static_sp2, policy_static_sp4,
-    policy_static_sp8, policy_fcfs, policy_sjf, policy_srtf, policy_edf_greedy,
-    policy_edf_best_fit, policy_edf_priority;
+extern const coord_policy_ops_t coord_policy_static_sp1, coord_policy_static_sp2,
+    coord_policy_static_sp4, coord_policy_static_sp8, coord_policy_fcfs, coord_policy_sjf,
+    coord_policy_srtf, coord_policy_edf_greedy, coord_policy_edf_best_fit,
+    coord_policy_edf_priority;
 
 #endif /* TIDAL_COORD_POLICY_INTERNAL_H */

@@ -10,7 +10,7 @@
 
 #include "coord/realloc.h"
 
-static int clamp_serving(const realloc_view_t *v, int want)
+static int clamp_serving(const coord_realloc_view_t *v, int want)
 {
     if (!v->training)
         return v->workers; /* nothing left to train: everyone serves */
@@ -19,11 +19,11 @@ static int clamp_serving(const realloc_view_t *v, int want)
 }
 
 typedef struct slo_first {
-    realloc_opts_t o;
+    coord_realloc_opts_t o;
     double lower_since; /* since when serving has needed fewer ranks; < 0: it has not */
 } slo_first_t;
 
-static tdl_status_t slo_first_create(const realloc_opts_t *o, void **out)
+static tdl_status_t slo_first_create(const coord_realloc_opts_t *o, void **out)
 {
     slo_first_t *s = calloc(1, sizeof(*s));
     if (!s)
@@ -34,7 +34,7 @@ static tdl_status_t slo_first_create(const realloc_opts_t *o, void **out)
     return TDL_OK;
 }
 
-static int slo_first_decide(void *state, const realloc_view_t *v)
+static int slo_first_decide(void *state, const coord_realloc_view_t *v)
 {
     slo_first_t *s = state;
     /* enough ranks to clear the backlog within drain_s, one more per request at risk, and one
@@ -55,9 +55,9 @@ static int slo_first_decide(void *state, const realloc_view_t *v)
     return clamp_serving(v, v->serving - 1);
 }
 
-static tdl_status_t static_create(const realloc_opts_t *o, void **out)
+static tdl_status_t static_create(const coord_realloc_opts_t *o, void **out)
 {
-    realloc_opts_t *s = malloc(sizeof(*s));
+    coord_realloc_opts_t *s = malloc(sizeof(*s));
     if (!s)
         return tdl_error_raise(TDL_ERR_NOMEM, "realloc: out of memory");
     *s = *o;
@@ -65,13 +65,13 @@ static tdl_status_t static_create(const realloc_opts_t *o, void **out)
     return TDL_OK;
 }
 
-static int static_decide(void *state, const realloc_view_t *v)
+static int static_decide(void *state, const coord_realloc_view_t *v)
 {
-    const realloc_opts_t *o = state;
+    const coord_realloc_opts_t *o = state;
     return clamp_serving(v, o->static_serve);
 }
 
-static const realloc_ops_t policies[] = {
+static const coord_realloc_ops_t policies[] = {
     {"slo_first",
      "serving first while its backlog or deadlines need it; back to training one rank at a time "
      "after a cooldown",
@@ -80,7 +80,7 @@ static const realloc_ops_t policies[] = {
      static_decide},
 };
 
-const realloc_ops_t *realloc_find(const char *name)
+const coord_realloc_ops_t *coord_realloc_find(const char *name)
 {
     for (size_t i = 0; name && i < TDL_ARRAY_SIZE(policies); i++)
         if (!strcmp(policies[i].name, name))
@@ -88,7 +88,7 @@ const realloc_ops_t *realloc_find(const char *name)
     return NULL;
 }
 
-const char *realloc_names(void)
+const char *coord_realloc_names(void)
 {
     return "slo_first, static";
 }

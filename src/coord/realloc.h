@@ -7,38 +7,38 @@
 #include "core/core.h"
 
 /* What a reallocation policy sees. */
-typedef struct realloc_view {
-    double now;        /* the caller's clock, seconds */
-    int workers;       /* ranks that serve or train */
-    int serving;       /* serving now, or on their way to it */
-    int min_train;     /* never fewer training ranks than this (while training runs) */
-    int min_serve;     /* never fewer serving ranks than this */
-    bool training;     /* training still has steps to run */
-    int waiting;       /* requests not started (queue and scheduler) */
-    int running;       /* requests started, not finished */
-    double backlog_s;  /* single-rank seconds of the work of every live and waiting request */
-    double at_risk;    /* requests whose deadline the current serving ranks would miss */
-} realloc_view_t;
+typedef struct coord_realloc_view {
+    double now;       /* the caller's clock, seconds */
+    int workers;      /* ranks that serve or train */
+    int serving;      /* serving now, or on their way to it */
+    int min_train;    /* never fewer training ranks than this (while training runs) */
+    int min_serve;    /* never fewer serving ranks than this */
+    bool training;    /* training still has steps to run */
+    int waiting;      /* requests not started (queue and scheduler) */
+    int running;      /* requests started, not finished */
+    double backlog_s; /* single-rank seconds of the work of every live and waiting request */
+    double at_risk;   /* requests whose deadline the current serving ranks would miss */
+} coord_realloc_view_t;
 
-typedef struct realloc_opts {
+typedef struct coord_realloc_opts {
     double drain_s;    /* serving aims to clear its backlog within this many seconds */
     double cooldown_s; /* a rank goes back to training only after serving needed fewer ranks
                         * for this long (hysteresis) */
     int static_serve;  /* the static policy: always this many serving */
-} realloc_opts_t;
+} coord_realloc_opts_t;
 
-typedef struct realloc_ops {
+typedef struct coord_realloc_ops {
     const char *name;
     const char *summary;
-    tdl_status_t (*create)(const realloc_opts_t *opts, void **state_out);
+    tdl_status_t (*create)(const coord_realloc_opts_t *opts, void **state_out);
     void (*destroy)(void *state);
     /* The number of ranks that should serve now, within [min_serve, workers - min_train]
      * while training runs, and every worker once it has finished. */
-    int (*decide)(void *state, const realloc_view_t *view);
-} realloc_ops_t;
+    int (*decide)(void *state, const coord_realloc_view_t *view);
+} coord_realloc_ops_t;
 
 /* "slo_first" (the default) and "static"; NULL for another name. */
-const realloc_ops_t *realloc_find(const char *name);
-const char *realloc_names(void);
+const coord_realloc_ops_t *coord_realloc_find(const char *name);
+const char *coord_realloc_names(void);
 
 #endif /* TIDAL_COORD_REALLOC_H */

@@ -7,66 +7,67 @@
 #include "coord/sched.h"
 
 struct sched {
-    sched_config_t cfg;
+    coord_sched_config_t cfg;
     void *pstate;
     bool *busy;
     bool *offline; /* taken out of the policy's reach: busy too */
     int nfree, maxdeg;
-    policy_request_t *live; /* dense, nlive of cap */
-    int *live_ranks;        /* maxdeg per live slot */
-    int *prev_ranks;        /* maxdeg: the last task's ranks of the request being started */
+    coord_policy_request_t *live; /* dense, nlive of cap */
+    int *live_ranks;              /* maxdeg per live slot */
+    int *prev_ranks;              /* maxdeg: the last task's ranks of the request being started */
     int nlive, cap;
     int *live_of; /* request id -> live slot, -1 when not live; nids of idcap */
     uint64_t nids;
     size_t idcap;
     int *stamp; /* rank -> generation mark, for set comparisons */
     int gen;
-    policy_placement_t *buf[2];
+    coord_policy_placement_t *buf[2];
     int bufcap;
     uint64_t *started; /* request ids started, not yet reported to the policy */
     int nstarted;
     int running;
     double now;
-    sched_stats_t stats;
+    coord_sched_stats_t stats;
 };
 
-static policy_view_t view_of(const sched_t *s)
+static coord_policy_view_t view_of(const coord_sched_t *s)
 {
-    return (policy_view_t){.now = s->now,
-                           .cost = s->cfg.cost,
-                           .nranks = s->cfg.ranks,
-                           .busy = s->busy,
-                           .nfree = s->nfree,
-                           .requests = s->live,
-                           .nrequests = s->nlive,
-                           .chunk = s->cfg.chunk};
+    return (coord_policy_view_t){.now = s->now,
+                                 .cost = s->cfg.cost,
+                                 .nranks = s->cfg.ranks,
+                                 .busy = s->busy,
+                                 .nfree = s->nfree,
+                                 .requests = s->live,
+                                 .nrequests = s->nlive,
+                                 .chunk = s->cfg.chunk};
 }
 
-static tdl_status_t bad_placement(const sched_t *s, const policy_placement_t *p, const char *why)
+static tdl_status_t bad_placement(const coord_sched_t *s, const coord_policy_placement_t *p,
+                                  const char *why)
 {
     return tdl_error_raise(TDL_ERR_INTERNAL, "policy %s placed request %llu wrongly at %.6f s: %s",
                            s->cfg.policy->name, (unsigned long long)p->request_id, s->now, why);
 }
 
-static int slot_of(const sched_t *s, uint64_t id)
+static int slot_of(const coord_sched_t *s, uint64_t id)
 {
     return id < s->nids ? s->live_of[id] : -1;
 }
 
-static tdl_status_t start(sched_t *s, const policy_placement_t *p)
+static tdl_status_t start(coord_sched_t *s, const coord_policy_placement_t *p)
 {
-    const cost_model_t *cost = s->cfg.cost;
+    const coord_cost_model_t *cost = s->cfg.cost;
     int slot = slot_of(s, p->request_id);
     if (slot < 0)
         return bad_placement(s, p, "not a live request");
-    policy_request_t *r = &s->live[slot];
+    coord_policy_request_t *r = &s->live[slot];
     if (r->running)
         return bad_placement(s, p, "a task of it is running");
-    cost_stage_t stage = policy_task_stage(r->next);
+    coord_cost_stage_t stage = coord_policy_task_stage(r->next);
     if (p->degree < 1 || p->degree > s->nfree || p->degree > s->maxdeg ||
-        !cost_has_degree(cost, stage, p->degree))
+        !coord_cost_has_degree(cost, stage, p->degree))
         return bad_placement(s, p, "degree not free or not in the cost model");
-    bool chunk = r->next == POLICY_TASK_STEP_CHUNK;
+    bool chunk = r->next == COORD_POLICY_TASK_STEP_CHUNK;
     if ((chunk && (p->steps < 1 || p->steps > r->steps_total - r->steps_done)) ||
         (!chunk && p->steps != 0))
         return bad_placement(s, p, "wrong step count");
@@ -84,32 +85,32 @@ static tdl_status_t start(sched_t *s, const policy_placement_t *p)
         move = r->nranks != p->degree;
         for (int i = 0; !move && i < r->nranks; i++)
             move = s->stamp[r->ranks[i]] != s->gen;
-    } else if (r->next == POLICY_TASK_DECODE) {
+    } else if (r->next == COORD_POLICY_TASK_DECODE) {
         move = true;
         for (int i = 0; move && i < r->nranks; i++)
             move = r->ranks[i] != p->ranks[0];
     }
     double im = cost->per_image ? r->n : 1;
-    double dur = im * cost_stage_s(cost, stage, r->tokens, p->degree) *
-                 (chunk ? p->steps * policy_step_evals(r) : 1);
+    double dur = im * coord_cost_stage_s(cost, stage, r->tokens, p->degree) *
+                 (chunk ? p->steps * coord_policy_step_evals(r) : 1);
     if (move) {
-        double m = cost_migration_s(cost, r->tokens, r->n);
+        double m = coord_cost_migration_s(cost, r->tokens, r->n);
         dur += m;
         s->stats.migration_s += m;
         s->stats.migrations++;
     }
     int nprev = r->nranks; /* 0 before PREPARE */
     memcpy(s->prev_ranks, r->ranks, (size_t)nprev * sizeof(int));
-    sched_task_t t = {.id = p->request_id,
-                      .task = r->next,
-                      .steps = chunk ? p->steps : 0,
-                      .steps_before = r->steps_done,
-                      .degree = p->degree,
-                      .ranks = p->ranks,
-                      .nprev = nprev,
-                      .prev = s->prev_ranks,
-                      .move = move,
-                      .estimate_s = dur};
+    coord_sched_task_t t = {.id = p->request_id,
+                            .task = r->next,
+                            .steps = chunk ? p->steps : 0,
+                            .steps_before = r->steps_done,
+                            .degree = p->degree,
+                            .ranks = p->ranks,
+                            .nprev = nprev,
+                            .prev = s->prev_ranks,
+                            .move = move,
+                            .estimate_s = dur};
     for (int i = 0; i < p->degree; i++) {
         s->busy[p->ranks[i]] = true;
         s->live_ranks[slot * s->maxdeg + i] = p->ranks[i];
@@ -129,7 +130,7 @@ static tdl_status_t start(sched_t *s, const policy_placement_t *p)
 }
 
 /* Starts placements, then reports each start to the policy and starts what it answers. */
-static tdl_status_t apply(sched_t *s, int nout)
+static tdl_status_t apply(coord_sched_t *s, int nout)
 {
     tdl_status_t st = TDL_OK;
     for (int i = 0; st == TDL_OK && i < nout; i++)
@@ -137,8 +138,8 @@ static tdl_status_t apply(sched_t *s, int nout)
     while (st == TDL_OK && s->nstarted > 0) {
         uint64_t id = s->started[--s->nstarted];
         int n2 = 0;
-        policy_event_t ev = {POLICY_EV_STARTED, id, s->live[slot_of(s, id)].next};
-        policy_view_t v = view_of(s);
+        coord_policy_event_t ev = {COORD_POLICY_EV_STARTED, id, s->live[slot_of(s, id)].next};
+        coord_policy_view_t v = view_of(s);
         st = s->cfg.policy->on_event(s->pstate, &v, &ev, s->buf[1], s->bufcap, &n2);
         for (int i = 0; st == TDL_OK && i < n2; i++)
             st = start(s, &s->buf[1][i]);
@@ -146,7 +147,7 @@ static tdl_status_t apply(sched_t *s, int nout)
     return st;
 }
 
-static tdl_status_t grow(sched_t *s)
+static tdl_status_t grow(coord_sched_t *s)
 {
     if (s->nids == s->idcap) {
         size_t cap = s->idcap * 2;
@@ -157,7 +158,7 @@ static tdl_status_t grow(sched_t *s)
     }
     if (s->nlive == s->cap) {
         int cap = s->cap * 2;
-        policy_request_t *lv = realloc(s->live, (size_t)cap * sizeof(*lv));
+        coord_policy_request_t *lv = realloc(s->live, (size_t)cap * sizeof(*lv));
         if (lv)
             s->live = lv;
         int *lr = realloc(s->live_ranks, (size_t)cap * (size_t)s->maxdeg * sizeof(int));
@@ -172,7 +173,8 @@ static tdl_status_t grow(sched_t *s)
     return TDL_OK;
 }
 
-tdl_status_t sched_arrive(sched_t *s, double now, const sched_request_t *q, uint64_t *id_out)
+tdl_status_t coord_sched_arrive(coord_sched_t *s, double now, const coord_sched_request_t *q,
+                                uint64_t *id_out)
 {
     tdl_status_t st = grow(s);
     if (st != TDL_OK)
@@ -180,30 +182,30 @@ tdl_status_t sched_arrive(sched_t *s, double now, const sched_request_t *q, uint
     s->now = now;
     uint64_t id = s->nids++;
     int slot = s->nlive++;
-    policy_request_t *r = &s->live[slot];
+    coord_policy_request_t *r = &s->live[slot];
     memset(r, 0, sizeof(*r));
     r->id = id;
     r->resolution = q->resolution;
-    r->tokens = cost_tokens(s->cfg.cost, q->resolution);
+    r->tokens = coord_cost_tokens(s->cfg.cost, q->resolution);
     r->n = q->n;
     r->steps_total = q->steps;
     r->step_evals = q->step_evals > 0 ? q->step_evals : 1;
-    r->next = POLICY_TASK_PREPARE;
+    r->next = COORD_POLICY_TASK_PREPARE;
     r->arrival_s = now;
     r->deadline_s = q->deadline_s;
     r->priority = q->priority;
-    r->cls = policy_class_of(q->resolution);
+    r->cls = coord_policy_class_of(q->resolution);
     r->ranks = &s->live_ranks[slot * s->maxdeg];
     s->live_of[id] = slot;
     if (id_out)
         *id_out = id;
     int nout = 0;
-    policy_view_t v = view_of(s);
+    coord_policy_view_t v = view_of(s);
     st = s->cfg.policy->on_arrival(s->pstate, &v, id, s->buf[0], s->bufcap, &nout);
     return st == TDL_OK ? apply(s, nout) : st;
 }
 
-static void retire(sched_t *s, uint64_t id)
+static void retire(coord_sched_t *s, uint64_t id)
 {
     int slot = s->live_of[id], last = --s->nlive;
     if (slot != last) {
@@ -216,30 +218,32 @@ static void retire(sched_t *s, uint64_t id)
     s->live_of[id] = -1;
 }
 
-static tdl_status_t end_task(sched_t *s, double now, uint64_t id, bool failed, bool *done)
+static tdl_status_t end_task(coord_sched_t *s, double now, uint64_t id, bool failed, bool *done)
 {
     int slot = slot_of(s, id);
     if (slot < 0 || !s->live[slot].running)
         return tdl_error_raise(TDL_ERR_INVALID_ARG, "scheduler: request %llu has no task running",
                                (unsigned long long)id);
     s->now = now;
-    policy_request_t *r = &s->live[slot];
-    policy_task_t task = r->next;
+    coord_policy_request_t *r = &s->live[slot];
+    coord_policy_task_t task = r->next;
     for (int i = 0; i < r->nranks; i++)
         s->busy[r->ranks[i]] = false;
     s->nfree += r->nranks;
     s->running--;
     r->running = false;
-    bool finished = failed || task == POLICY_TASK_DECODE;
-    if (task == POLICY_TASK_PREPARE || task == POLICY_TASK_STEP_CHUNK)
-        r->next = r->steps_done >= r->steps_total ? POLICY_TASK_DECODE : POLICY_TASK_STEP_CHUNK;
+    bool finished = failed || task == COORD_POLICY_TASK_DECODE;
+    if (task == COORD_POLICY_TASK_PREPARE || task == COORD_POLICY_TASK_STEP_CHUNK)
+        r->next = r->steps_done >= r->steps_total ? COORD_POLICY_TASK_DECODE
+                                                  : COORD_POLICY_TASK_STEP_CHUNK;
     if (finished)
         retire(s, id);
     if (done)
         *done = finished && !failed;
-    policy_event_t ev = {failed ? POLICY_EV_FAILED : POLICY_EV_FINISHED, id, task};
+    coord_policy_event_t ev = {failed ? COORD_POLICY_EV_FAILED : COORD_POLICY_EV_FINISHED, id,
+                               task};
     int nout = 0;
-    policy_view_t v = view_of(s);
+    coord_policy_view_t v = view_of(s);
     tdl_status_t st = s->cfg.policy->on_event(s->pstate, &v, &ev, s->buf[0], s->bufcap, &nout);
     if (st == TDL_OK)
         st = apply(s, nout);
@@ -252,17 +256,17 @@ static tdl_status_t end_task(sched_t *s, double now, uint64_t id, bool failed, b
     return st;
 }
 
-tdl_status_t sched_finished(sched_t *s, double now, uint64_t id, bool *request_done)
+tdl_status_t coord_sched_finished(coord_sched_t *s, double now, uint64_t id, bool *request_done)
 {
     return end_task(s, now, id, false, request_done);
 }
 
-tdl_status_t sched_failed(sched_t *s, double now, uint64_t id)
+tdl_status_t coord_sched_failed(coord_sched_t *s, double now, uint64_t id)
 {
     return end_task(s, now, id, true, NULL);
 }
 
-tdl_status_t sched_set_available(sched_t *s, int r, bool available)
+tdl_status_t coord_sched_set_available(coord_sched_t *s, int r, bool available)
 {
     if (r < 0 || r >= s->cfg.ranks)
         return tdl_error_raise(TDL_ERR_INVALID_ARG, "scheduler: no rank %d", r);
@@ -276,7 +280,7 @@ tdl_status_t sched_set_available(sched_t *s, int r, bool available)
     return TDL_OK;
 }
 
-tdl_status_t sched_kick(sched_t *s, double now)
+tdl_status_t coord_sched_kick(coord_sched_t *s, double now)
 {
     s->now = now;
     for (int i = 0; i < s->nlive; i++) {
@@ -284,20 +288,20 @@ tdl_status_t sched_kick(sched_t *s, double now)
             continue;
         /* the engine places every waiting request in its order, whichever id it is told */
         int nout = 0;
-        policy_view_t v = view_of(s);
-        tdl_status_t st = s->cfg.policy->on_runnable(s->pstate, &v, s->live[i].id, s->buf[0],
-                                                     s->bufcap, &nout);
+        coord_policy_view_t v = view_of(s);
+        tdl_status_t st =
+            s->cfg.policy->on_runnable(s->pstate, &v, s->live[i].id, s->buf[0], s->bufcap, &nout);
         return st == TDL_OK ? apply(s, nout) : st;
     }
     return TDL_OK;
 }
 
-int sched_drop_waiting(sched_t *s, uint64_t *ids, int max)
+int coord_sched_drop_waiting(coord_sched_t *s, uint64_t *ids, int max)
 {
     int n = 0;
     for (int i = s->nlive - 1; i >= 0 && n < max; i--) {
-        const policy_request_t *r = &s->live[i];
-        if (r->running || r->next != POLICY_TASK_PREPARE || r->nranks)
+        const coord_policy_request_t *r = &s->live[i];
+        if (r->running || r->next != COORD_POLICY_TASK_PREPARE || r->nranks)
             continue;
         ids[n++] = r->id;
         retire(s, r->id); /* moves the last slot here: the ones above were seen already */
@@ -305,12 +309,12 @@ int sched_drop_waiting(sched_t *s, uint64_t *ids, int max)
     return n;
 }
 
-bool sched_available(const sched_t *s, int r)
+bool coord_sched_available(const coord_sched_t *s, int r)
 {
     return r >= 0 && r < s->cfg.ranks && !s->offline[r];
 }
 
-bool sched_rank_in_use(const sched_t *s, int r)
+bool coord_sched_rank_in_use(const coord_sched_t *s, int r)
 {
     if (r < 0 || r >= s->cfg.ranks || (s->busy[r] && !s->offline[r]))
         return true;
@@ -321,15 +325,15 @@ bool sched_rank_in_use(const sched_t *s, int r)
     return false;
 }
 
-double sched_backlog_s(const sched_t *s, double now, int *at_risk)
+double coord_sched_backlog_s(const coord_sched_t *s, double now, int *at_risk)
 {
-    policy_view_t v = view_of(s);
+    coord_policy_view_t v = view_of(s);
     v.now = now;
     double sum = 0;
     int risk = 0;
     for (int i = 0; i < s->nlive; i++) {
-        const policy_request_t *r = &s->live[i];
-        double left = policy_remaining_s(&v, r, 1);
+        const coord_policy_request_t *r = &s->live[i];
+        double left = coord_policy_remaining_s(&v, r, 1);
         sum += left;
         risk += r->deadline_s > 0 && now + left > r->deadline_s;
     }
@@ -338,23 +342,38 @@ double sched_backlog_s(const sched_t *s, double now, int *at_risk)
     return sum;
 }
 
-int sched_live(const sched_t *s) { return s->nlive; }
-int sched_running(const sched_t *s) { return s->running; }
-int sched_nfree(const sched_t *s) { return s->nfree; }
-const char *sched_policy_name(const sched_t *s) { return s->cfg.policy->name; }
-void sched_get_stats(const sched_t *s, sched_stats_t *out) { *out = s->stats; }
+int coord_sched_live(const coord_sched_t *s)
+{
+    return s->nlive;
+}
+int coord_sched_running(const coord_sched_t *s)
+{
+    return s->running;
+}
+int coord_sched_nfree(const coord_sched_t *s)
+{
+    return s->nfree;
+}
+const char *coord_sched_policy_name(const coord_sched_t *s)
+{
+    return s->cfg.policy->name;
+}
+void coord_sched_get_stats(const coord_sched_t *s, coord_sched_stats_t *out)
+{
+    *out = s->stats;
+}
 
-tdl_status_t sched_create(const sched_config_t *cfg, sched_t **out)
+tdl_status_t coord_sched_create(const coord_sched_config_t *cfg, coord_sched_t **out)
 {
     if (!cfg || !cfg->cost || !cfg->policy || !cfg->start || cfg->ranks < 1 || cfg->chunk < 1)
         return tdl_error_raise(TDL_ERR_INVALID_ARG, "scheduler: needs ranks >= 1, chunk >= 1, a "
                                                     "cost model, a policy and a start function");
-    sched_t *s = calloc(1, sizeof(*s));
+    coord_sched_t *s = calloc(1, sizeof(*s));
     if (!s)
         return tdl_error_raise(TDL_ERR_NOMEM, "scheduler: out of memory");
     s->cfg = *cfg;
     s->maxdeg = 1;
-    for (int k = 0; k < COST_NSTAGES; k++)
+    for (int k = 0; k < COORD_COST_NSTAGES; k++)
         for (int i = 0; i < cfg->cost->nfits[k]; i++)
             s->maxdeg = TDL_MAX(s->maxdeg, cfg->cost->fits[k][i].degree);
     s->maxdeg = TDL_MIN(s->maxdeg, cfg->ranks);
@@ -372,29 +391,28 @@ tdl_status_t sched_create(const sched_config_t *cfg, sched_t **out)
     s->prev_ranks = calloc((size_t)s->maxdeg, sizeof(int));
     s->live_of = malloc(s->idcap * sizeof(int));
     s->started = malloc(((size_t)cfg->ranks + 1) * sizeof(uint64_t));
-    s->buf[0] = malloc((size_t)s->bufcap * sizeof(policy_placement_t));
-    s->buf[1] = malloc((size_t)s->bufcap * sizeof(policy_placement_t));
+    s->buf[0] = malloc((size_t)s->bufcap * sizeof(coord_policy_placement_t));
+    s->buf[1] = malloc((size_t)s->bufcap * sizeof(coord_policy_placement_t));
     tdl_status_t st = TDL_OK;
-    if (!s->busy || !s->offline || !s->stamp || !s->live || !s->live_ranks || !s->prev_ranks || !s->live_of ||
-        !s->started || !s->buf[0] || !s->buf[1])
+    if (!s->busy || !s->offline || !s->stamp || !s->live || !s->live_ranks || !s->prev_ranks ||
+        !s->live_of || !s->started || !s->buf[0] || !s->buf[1])
         st = tdl_error_raise(TDL_ERR_NOMEM, "scheduler: out of memory for %d ranks", cfg->ranks);
     if (st == TDL_OK)
         st = cfg->policy->create(&s->pstate);
     if (st != TDL_OK) {
-        sched_free(s);
+        coord_sched_free(s);
         return st;
     }
     *out = s;
     return TDL_OK;
 }
 
-void sched_free(sched_t *s)
+void coord_sched_free(coord_sched_t *s)
 {
     if (!s)
         return;
     if (s->pstate)
         s->cfg.policy->destroy(s->pstate);
     free(s->buf[1]), free(s->buf[0]), free(s->started), free(s->live_of), free(s->prev_ranks);
-    free(s->live_ranks), free(s->live), free(s->stamp), free(s->offline), free(s->busy),
-        free(s);
+    free(s->live_ranks), free(s->live), free(s->stamp), free(s->offline), free(s->busy), free(s);
 }

@@ -15,76 +15,77 @@
 #include "core/core.h"
 
 /* A task to start now. ranks/prev point into the scheduler and are valid during the call. */
-typedef struct sched_task {
-    uint64_t id;       /* the request, as sched_arrive numbered it */
-    policy_task_t task;
-    int steps;         /* of a STEP_CHUNK (0 otherwise); steps_before of them were done before */
+typedef struct coord_sched_task {
+    uint64_t id; /* the request, as coord_sched_arrive numbered it */
+    coord_policy_task_t task;
+    int steps; /* of a STEP_CHUNK (0 otherwise); steps_before of them were done before */
     int steps_before;
     int degree;
-    const int *ranks;  /* degree ranks, 0 .. nranks - 1; ranks[0] decodes */
-    int nprev;         /* the ranks that ran its last task (0 before the first) */
+    const int *ranks; /* degree ranks, 0 .. nranks - 1; ranks[0] decodes */
+    int nprev;        /* the ranks that ran its last task (0 before the first) */
     const int *prev;
     bool move;         /* the state moves from prev to ranks before the task runs */
     double estimate_s; /* the cost model's duration, the move included */
-} sched_task_t;
+} coord_sched_task_t;
 
-typedef tdl_status_t (*sched_start_fn)(void *user, const sched_task_t *task);
+typedef tdl_status_t (*coord_sched_start_fn)(void *user, const coord_sched_task_t *task);
 
-typedef struct sched_config {
-    int ranks;        /* ranks 0 .. ranks - 1 run tasks */
-    int chunk;        /* denoising steps per STEP_CHUNK */
-    int max_degree;   /* widest placement accepted (0: ranks) */
-    const cost_model_t *cost;
-    const policy_ops_t *policy;
-    sched_start_fn start;
+typedef struct coord_sched_config {
+    int ranks;      /* ranks 0 .. ranks - 1 run tasks */
+    int chunk;      /* denoising steps per STEP_CHUNK */
+    int max_degree; /* widest placement accepted (0: ranks) */
+    const coord_cost_model_t *cost;
+    const coord_policy_ops_t *policy;
+    coord_sched_start_fn start;
     void *user;
-} sched_config_t;
+} coord_sched_config_t;
 
 /* A request as it arrives. */
-typedef struct sched_request {
+typedef struct coord_sched_request {
     int resolution, n, steps; /* n: images, guidance's doubled batch included */
     double step_evals;        /* model evaluations per step: 1 Euler, 2 Heun (0: 1) */
     double deadline_s;        /* absolute, on the caller's clock; 0: none */
     int priority;
-} sched_request_t;
+} coord_sched_request_t;
 
-typedef struct sched_stats {
+typedef struct coord_sched_stats {
     long tasks, migrations;
-    double busy_rank_s;  /* rank-seconds of the estimates of the tasks started */
-    double migration_s;  /* estimated seconds of the moves */
-} sched_stats_t;
+    double busy_rank_s; /* rank-seconds of the estimates of the tasks started */
+    double migration_s; /* estimated seconds of the moves */
+} coord_sched_stats_t;
 
-typedef struct sched sched_t;
+typedef struct sched coord_sched_t;
 
-tdl_status_t sched_create(const sched_config_t *cfg, sched_t **out);
-void sched_free(sched_t *s);
+tdl_status_t coord_sched_create(const coord_sched_config_t *cfg, coord_sched_t **out);
+void coord_sched_free(coord_sched_t *s);
 /* A request arrives at `now`; *id_out gets its number (0, 1, 2, ... in order of arrival).
  * Placements the policy makes start before it returns. */
-tdl_status_t sched_arrive(sched_t *s, double now, const sched_request_t *req, uint64_t *id_out);
+tdl_status_t coord_sched_arrive(coord_sched_t *s, double now, const coord_sched_request_t *req,
+                                uint64_t *id_out);
 /* The running task of request `id` finished at `now`; *request_done: it was the last (DECODE).
  * Its ranks are free again; the policy hears of it and its placements start. */
-tdl_status_t sched_finished(sched_t *s, double now, uint64_t id, bool *request_done);
+tdl_status_t coord_sched_finished(coord_sched_t *s, double now, uint64_t id, bool *request_done);
 /* The running task of `id` failed: its ranks are free and the request is dropped. */
-tdl_status_t sched_failed(sched_t *s, double now, uint64_t id);
+tdl_status_t coord_sched_failed(coord_sched_t *s, double now, uint64_t id);
 /* Takes rank r out of the policy's reach (it trains) or gives it back; a rank running a task
  * cannot be taken (TDL_ERR_INVALID_ARG). */
-tdl_status_t sched_set_available(sched_t *s, int r, bool available);
+tdl_status_t coord_sched_set_available(coord_sched_t *s, int r, bool available);
 /* Asks the policy to place what it will on the free ranks at `now` (after ranks were given
  * back: no arrival or completion would). */
-tdl_status_t sched_kick(sched_t *s, double now);
+tdl_status_t coord_sched_kick(coord_sched_t *s, double now);
 /* Drops the requests no task of which has started (a server stopping fails them): writes up
  * to max of their ids and answers how many were dropped. */
-int sched_drop_waiting(sched_t *s, uint64_t *ids, int max);
-bool sched_available(const sched_t *s, int r);
+int coord_sched_drop_waiting(coord_sched_t *s, uint64_t *ids, int max);
+bool coord_sched_available(const coord_sched_t *s, int r);
 /* Whether rank r runs a task or holds the state of a live request (its last task ran there). */
-bool sched_rank_in_use(const sched_t *s, int r);
+bool coord_sched_rank_in_use(const coord_sched_t *s, int r);
 /* Single-rank seconds of the work the live requests have left, by the cost model; *at_risk
  * (may be NULL): how many of them would miss their deadline even at degree 1 from `now`. */
-double sched_backlog_s(const sched_t *s, double now, int *at_risk);
-int sched_live(const sched_t *s);    /* requests arrived and not finished */
-int sched_running(const sched_t *s); /* tasks running */
-int sched_nfree(const sched_t *s);
-const char *sched_policy_name(const sched_t *s);
-void sched_get_stats(const sched_t *s, sched_stats_t *out);
+double coord_sched_backlog_s(const coord_sched_t *s, double now, int *at_risk);
+int coord_sched_live(const coord_sched_t *s);    /* requests arrived and not finished */
+int coord_sched_running(const coord_sched_t *s); /* tasks running */
+int coord_sched_nfree(const coord_sched_t *s);
+const char *coord_sched_policy_name(const coord_sched_t *s);
+void coord_sched_get_stats(const coord_sched_t *s, coord_sched_stats_t *out);
 
 #endif /* TIDAL_COORD_SCHED_H */

@@ -16,8 +16,8 @@ typedef struct sim_ev {
 } sim_ev_t;
 
 typedef struct sim {
-    const sim_config_t *cfg;
-    sched_t *sched;
+    const coord_sim_config_t *cfg;
+    coord_sched_t *sched;
     sim_ev_t *heap;
     int nheap;
     uint64_t seq;
@@ -48,9 +48,9 @@ static sim_ev_t heap_pop(sim_t *s)
         int c = 2 * i + 1;
         if (c >= s->nheap)
             break;
-        if (c + 1 < s->nheap && (s->heap[c + 1].t < s->heap[c].t ||
-                                 (s->heap[c + 1].t == s->heap[c].t &&
-                                  s->heap[c + 1].seq < s->heap[c].seq)))
+        if (c + 1 < s->nheap &&
+            (s->heap[c + 1].t < s->heap[c].t ||
+             (s->heap[c + 1].t == s->heap[c].t && s->heap[c + 1].seq < s->heap[c].seq)))
             c++;
         if (last.t < s->heap[c].t || (last.t == s->heap[c].t && last.seq < s->heap[c].seq))
             break;
@@ -62,7 +62,7 @@ static sim_ev_t heap_pop(sim_t *s)
 }
 
 /* The scheduler starts a task: it finishes after the cost model's estimate. */
-static tdl_status_t sim_start(void *user, const sched_task_t *t)
+static tdl_status_t sim_start(void *user, const coord_sched_task_t *t)
 {
     sim_t *s = user;
     heap_push(s, s->now + t->estimate_s, (int)t->id);
@@ -81,8 +81,8 @@ static double nearest_rank(const double *sorted, int n, double p)
     return sorted[TDL_MAX(0, TDL_MIN(n - 1, k))];
 }
 
-static void metrics(const sim_t *s, const workload_request_t *reqs, int n, sim_result_t *res,
-                    double *lat)
+static void metrics(const sim_t *s, const coord_workload_request_t *reqs, int n,
+                    coord_sim_result_t *res, double *lat)
 {
     memset(res, 0, sizeof(*res));
     res->requests = n;
@@ -118,16 +118,16 @@ static void metrics(const sim_t *s, const workload_request_t *reqs, int n, sim_r
     res->p99_s = nearest_rank(lat, n, 0.99);
     res->slo_violation_rate =
         res->with_deadline ? (double)res->slo_violations / res->with_deadline : 0;
-    sched_stats_t k;
-    sched_get_stats(s->sched, &k);
+    coord_sched_stats_t k;
+    coord_sched_get_stats(s->sched, &k);
     res->utilization = k.busy_rank_s / (s->cfg->ranks * span);
     res->tasks = k.tasks;
     res->migrations = k.migrations;
     res->migration_s = k.migration_s;
 }
 
-tdl_status_t sim_run(const sim_config_t *cfg, const workload_request_t *reqs, int n,
-                     sim_result_t *result, double *finish_s)
+tdl_status_t coord_sim_run(const coord_sim_config_t *cfg, const coord_workload_request_t *reqs,
+                           int n, coord_sim_result_t *result, double *finish_s)
 {
     if (!cfg || !cfg->cost || !cfg->policy || cfg->ranks < 1 || cfg->chunk < 1 || n < 0 ||
         (n > 0 && !reqs))
@@ -148,9 +148,13 @@ tdl_status_t sim_run(const sim_config_t *cfg, const workload_request_t *reqs, in
         st = tdl_error_raise(TDL_ERR_NOMEM, "sim: out of memory for %d requests", n);
         goto out;
     }
-    sched_config_t sc = {.ranks = cfg->ranks, .chunk = cfg->chunk, .cost = cfg->cost,
-                         .policy = cfg->policy, .start = sim_start, .user = &s};
-    if ((st = sched_create(&sc, &s.sched)) != TDL_OK)
+    coord_sched_config_t sc = {.ranks = cfg->ranks,
+                               .chunk = cfg->chunk,
+                               .cost = cfg->cost,
+                               .policy = cfg->policy,
+                               .start = sim_start,
+                               .user = &s};
+    if ((st = coord_sched_create(&sc, &s.sched)) != TDL_OK)
         goto out;
     int next = 0, done = 0;
     while (st == TDL_OK && done < n) {
@@ -160,25 +164,25 @@ tdl_status_t sim_run(const sim_config_t *cfg, const workload_request_t *reqs, in
             st = tdl_error_raise(TDL_ERR_INTERNAL,
                                  "sim: policy %s left %d requests waiting with every rank idle "
                                  "(a degree wider than the %d ranks?)",
-                                 cfg->policy->name, sched_live(s.sched), cfg->ranks);
+                                 cfg->policy->name, coord_sched_live(s.sched), cfg->ranks);
             break;
         }
         if (ta < te) { /* completions at the same time go first: they free ranks */
-            const workload_request_t *q = &reqs[next++];
+            const coord_workload_request_t *q = &reqs[next++];
             s.now = ta;
-            sched_request_t r = {
-                .resolution = q->resolution,
-                .n = q->n * (q->label >= 0 && q->cfg != 1.0 ? 2 : 1),
-                .steps = q->steps,
-                .step_evals = workload_step_evals(q),
-                .deadline_s = q->deadline_ms > 0 ? ta + q->deadline_ms / 1000.0 : 0,
-                .priority = q->priority};
-            st = sched_arrive(s.sched, ta, &r, NULL);
+            coord_sched_request_t r = {.resolution = q->resolution,
+                                       .n = q->n * (q->label >= 0 && q->cfg != 1.0 ? 2 : 1),
+                                       .steps = q->steps,
+                                       .step_evals = coord_workload_step_evals(q),
+                                       .deadline_s =
+                                           q->deadline_ms > 0 ? ta + q->deadline_ms / 1000.0 : 0,
+                                       .priority = q->priority};
+            st = coord_sched_arrive(s.sched, ta, &r, NULL);
         } else {
             sim_ev_t ev = heap_pop(&s);
             bool last_task = false;
             s.now = ev.t;
-            st = sched_finished(s.sched, ev.t, (uint64_t)ev.id, &last_task);
+            st = coord_sched_finished(s.sched, ev.t, (uint64_t)ev.id, &last_task);
             if (last_task) {
                 s.finish[ev.id] = ev.t;
                 done++;
@@ -191,7 +195,7 @@ tdl_status_t sim_run(const sim_config_t *cfg, const workload_request_t *reqs, in
             memcpy(finish_s, s.finish, (size_t)n * sizeof(double));
     }
 out:
-    sched_free(s.sched);
+    coord_sched_free(s.sched);
     free(lat);
     free(s.finish);
     free(s.heap);

@@ -8,14 +8,14 @@
 #include "coord/policy.h"
 #include "coord/workload.h"
 
-typedef struct sim_config {
+typedef struct coord_sim_config {
     int ranks;
     int chunk; /* denoising steps per STEP_CHUNK task */
-    const cost_model_t *cost;
-    const policy_ops_t *policy;
-} sim_config_t;
+    const coord_cost_model_t *cost;
+    const coord_policy_ops_t *policy;
+} coord_sim_config_t;
 
-typedef struct sim_result {
+typedef struct coord_sim_result {
     int requests;
     double makespan_s;     /* first arrival to last finish */
     double throughput_rps; /* requests / makespan */
@@ -25,13 +25,13 @@ typedef struct sim_result {
     double slo_violation_rate; /* violations / requests with a deadline (0 when none) */
     double utilization;        /* rank-seconds busy (migrations included) / ranks x makespan */
     long tasks, migrations;
-    double migration_s;        /* total time spent moving state */
-} sim_result_t;
+    double migration_s; /* total time spent moving state */
+} coord_sim_result_t;
 
 /* Runs the trace (sorted by at_ms) to the end. finish_s, when not NULL, receives each request's
  * finish time in seconds from time 0, in the order of reqs. Fails with TDL_ERR_INTERNAL naming
  * the policy if it places a task wrongly or leaves requests waiting with every rank idle. */
-tdl_status_t sim_run(const sim_config_t *cfg, const workload_request_t *reqs, int n,
-                     sim_result_t *result, double *finish_s);
+tdl_status_t coord_sim_run(const coord_sim_config_t *cfg, const coord_workload_request_t *reqs,
+                           int n, coord_sim_result_t *result, double *finish_s);
 
 #endif /* TIDAL_COORD_SIM_H */

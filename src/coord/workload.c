@@ -10,9 +10,9 @@
 
 #include "coord/workload.h"
 
-static const int class_resolution[POLICY_NCLASSES] = {32, 64, 128};
+static const int class_resolution[COORD_POLICY_NCLASSES] = {32, 64, 128};
 
-void workload_config_default(workload_config_t *c)
+void coord_workload_config_default(coord_workload_config_t *c)
 {
     memset(c, 0, sizeof(*c));
     c->ranks = 8;
@@ -21,7 +21,7 @@ void workload_config_default(workload_config_t *c)
     c->seed = 1;
     const double mix[] = {0.5, 0.3, 0.2}, alpha[] = {1.5, 2.0, 6.0};
     const int steps[] = {20, 30, 50}, prio[] = {2, 1, 0};
-    for (int k = 0; k < POLICY_NCLASSES; k++) {
+    for (int k = 0; k < COORD_POLICY_NCLASSES; k++) {
         c->mix[k] = mix[k];
         c->alpha[k] = alpha[k];
         c->steps[k] = steps[k];
@@ -30,38 +30,40 @@ void workload_config_default(workload_config_t *c)
     c->labels = 10;
 }
 
-static double mix_total(const workload_config_t *c)
+static double mix_total(const coord_workload_config_t *c)
 {
     double t = 0;
-    for (int k = 0; k < POLICY_NCLASSES; k++)
+    for (int k = 0; k < COORD_POLICY_NCLASSES; k++)
         t += c->mix[k];
     return t;
 }
 
-double workload_capacity_rps(const workload_config_t *c, const cost_model_t *cost)
+double coord_workload_capacity_rps(const coord_workload_config_t *c, const coord_cost_model_t *cost)
 {
     double mean = 0, tot = mix_total(c);
-    for (int k = 0; k < POLICY_NCLASSES; k++)
-        mean += c->mix[k] / tot * policy_single_rank_s(cost, class_resolution[k], 1,
-                                                       2.0 * c->steps[k] /* Heun */);
+    for (int k = 0; k < COORD_POLICY_NCLASSES; k++)
+        mean +=
+            c->mix[k] / tot *
+            coord_policy_single_rank_s(cost, class_resolution[k], 1, 2.0 * c->steps[k] /* Heun */);
     return mean > 0 ? c->ranks / mean : 0;
 }
 
-tdl_status_t workload_generate(const workload_config_t *c, const cost_model_t *cost,
-                               workload_request_t **reqs_out, int *n_out)
+tdl_status_t coord_workload_generate(const coord_workload_config_t *c,
+                                     const coord_cost_model_t *cost,
+                                     coord_workload_request_t **reqs_out, int *n_out)
 {
     if (c->ranks < 1 || c->requests < 0 || (c->requests == 0 && c->nphases == 0) ||
         mix_total(c) <= 0 || (c->nphases == 0 && !(c->load > 0)))
         return tdl_error_raise(TDL_ERR_INVALID_ARG,
                                "workload: need ranks >= 1, a load > 0, a mix with a positive "
                                "share and a request count or phases");
-    for (int k = 0; k < POLICY_NCLASSES; k++)
+    for (int k = 0; k < COORD_POLICY_NCLASSES; k++)
         if (c->mix[k] < 0 || c->alpha[k] < 0 || c->steps[k] < 1 || c->steps[k] > 1000)
             return tdl_error_raise(TDL_ERR_INVALID_ARG,
                                    "workload: class %s: share and alpha must be >= 0, steps "
                                    "1..1000",
-                                   policy_class_name((policy_class_t)k));
-    double cap = workload_capacity_rps(c, cost);
+                                   coord_policy_class_name((coord_policy_class_t)k));
+    double cap = coord_workload_capacity_rps(c, cost);
     if (!(cap > 0) || !isfinite(cap))
         return tdl_error_raise(TDL_ERR_INVALID_ARG,
                                "workload: the cost model gives no single-rank time");
@@ -73,7 +75,7 @@ tdl_status_t workload_generate(const workload_config_t *c, const cost_model_t *c
         phase_end = c->phase_s[0];
     }
     int cap_n = c->requests ? c->requests : 1024, n = 0;
-    workload_request_t *r = malloc((size_t)cap_n * sizeof(*r));
+    coord_workload_request_t *r = malloc((size_t)cap_n * sizeof(*r));
     if (!r)
         return tdl_error_raise(TDL_ERR_NOMEM, "workload: out of memory");
     tdl_rng_t rng;
@@ -95,7 +97,7 @@ tdl_status_t workload_generate(const workload_config_t *c, const cost_model_t *c
         t += gap;
         if (n == cap_n) {
             cap_n *= 2;
-            workload_request_t *p = realloc(r, (size_t)cap_n * sizeof(*r));
+            coord_workload_request_t *p = realloc(r, (size_t)cap_n * sizeof(*r));
             if (!p) {
                 free(r);
                 return tdl_error_raise(TDL_ERR_NOMEM, "workload: out of memory");
@@ -103,16 +105,16 @@ tdl_status_t workload_generate(const workload_config_t *c, const cost_model_t *c
             r = p;
         }
         double u = tdl_rng_uniform_f64(&rng) * tot, acc = 0;
-        int k = POLICY_NCLASSES - 1;
-        for (int j = 0; j < POLICY_NCLASSES; j++) {
+        int k = COORD_POLICY_NCLASSES - 1;
+        for (int j = 0; j < COORD_POLICY_NCLASSES; j++) {
             acc += c->mix[j];
             if (u < acc && c->mix[j] > 0) {
                 k = j;
                 break;
             }
         }
-        workload_request_t *q = &r[n++];
-        *q = (workload_request_t){.euler = 0}; /* Heun, as tidal serve samples by default */
+        coord_workload_request_t *q = &r[n++];
+        *q = (coord_workload_request_t){.euler = 0}; /* Heun, as tidal serve samples by default */
         q->at_ms = (int64_t)llround(t * 1000);
         q->label = c->labels > 0 ? (int)tdl_rng_below(&rng, (uint64_t)c->labels) : -1;
         q->n = 1;
@@ -121,8 +123,8 @@ tdl_status_t workload_generate(const workload_config_t *c, const cost_model_t *c
         q->cfg = 1.0;
         q->seed = tdl_rng_u64(&rng) >> 11; /* within 2^53: exact as a JSON number */
         q->priority = c->priority[k];
-        double t1 = policy_single_rank_s(cost, q->resolution, q->n,
-                                         (double)q->steps * workload_step_evals(q));
+        double t1 = coord_policy_single_rank_s(cost, q->resolution, q->n,
+                                               (double)q->steps * coord_workload_step_evals(q));
         q->deadline_ms = c->alpha[k] > 0 ? (int64_t)ceil(c->alpha[k] * t1 * 1000) : 0;
         if (q->deadline_ms > 86400000)
             q->deadline_ms = 86400000;
@@ -132,13 +134,12 @@ tdl_status_t workload_generate(const workload_config_t *c, const cost_model_t *c
     return TDL_OK;
 }
 
-tdl_status_t workload_write(const char *path, const workload_request_t *r, int n)
+tdl_status_t coord_workload_write(const char *path, const coord_workload_request_t *r, int n)
 {
     bool std = !strcmp(path, "-");
     FILE *f = std ? stdout : fopen(path, "w");
     if (!f)
-        return tdl_error_raise(TDL_ERR_IO, "workload: cannot write %s: %s", path,
-                               strerror(errno));
+        return tdl_error_raise(TDL_ERR_IO, "workload: cannot write %s: %s", path, strerror(errno));
     for (int i = 0; i < n; i++)
         fprintf(f,
                 "{\"at_ms\": %lld, \"label\": %d, \"n\": %d, \"resolution\": %d, \"steps\": %d, "
@@ -158,9 +159,9 @@ tdl_status_t workload_write(const char *path, const workload_request_t *r, int n
 
 /* ---- reading ---------------------------------------------------------------------------- */
 
-static const char *const known_fields[] = {"at_ms", "id",    "label",    "n",           "resolution",
-                                           "steps", "cfg",   "seed",     "priority", "deadline_ms",
-                                           "sampler"};
+static const char *const known_fields[] = {"at_ms",      "id",          "label",  "n",
+                                           "resolution", "steps",       "cfg",    "seed",
+                                           "priority",   "deadline_ms", "sampler"};
 
 static tdl_status_t get_int(json_t *o, const char *path, int line, const char *key, int64_t lo,
                             int64_t hi, int64_t def, bool required, int64_t *out)
@@ -168,8 +169,8 @@ static tdl_status_t get_int(json_t *o, const char *path, int line, const char *k
     json_t *v = json_object_get(o, key);
     if (!v || json_is_null(v)) {
         if (required)
-            return tdl_error_raise(TDL_ERR_INVALID_ARG, "%s:%d: field '%s': required", path,
-                                   line, key);
+            return tdl_error_raise(TDL_ERR_INVALID_ARG, "%s:%d: field '%s': required", path, line,
+                                   key);
         *out = def;
         return TDL_OK;
     }
@@ -183,21 +184,21 @@ static tdl_status_t get_int(json_t *o, const char *path, int line, const char *k
 
 static int cmp_at(const void *a, const void *b)
 {
-    const workload_request_t *x = a, *y = b;
+    const coord_workload_request_t *x = a, *y = b;
     if (x->at_ms != y->at_ms)
         return x->at_ms < y->at_ms ? -1 : 1;
     /* file order: seed holds it during the sort (restored after) */
     return x->seed < y->seed ? -1 : x->seed > y->seed;
 }
 
-tdl_status_t workload_read(const char *path, workload_request_t **reqs_out, int *n_out)
+tdl_status_t coord_workload_read(const char *path, coord_workload_request_t **reqs_out, int *n_out)
 {
     FILE *f = fopen(path, "r");
     if (!f)
         return tdl_error_raise(errno == ENOENT ? TDL_ERR_NOT_FOUND : TDL_ERR_IO, "%s: %s", path,
                                strerror(errno));
     tdl_status_t st = TDL_OK;
-    workload_request_t *r = NULL;
+    coord_workload_request_t *r = NULL;
     uint64_t *seeds = NULL;
     int n = 0, cap = 0, line = 0;
     char *buf = NULL;
@@ -206,8 +207,8 @@ tdl_status_t workload_read(const char *path, workload_request_t **reqs_out, int 
     while ((len = getline(&buf, &bufcap, f)) >= 0) {
         line++;
         size_t i = 0;
-        while (i < (size_t)len && (buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\r' ||
-                                   buf[i] == '\n'))
+        while (i < (size_t)len &&
+               (buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\r' || buf[i] == '\n'))
             i++;
         if (i == (size_t)len)
             continue;
@@ -227,15 +228,15 @@ tdl_status_t workload_read(const char *path, workload_request_t **reqs_out, int 
             for (size_t k = 0; k < TDL_ARRAY_SIZE(known_fields); k++)
                 known |= !strcmp(key, known_fields[k]);
             if (!known) {
-                st = tdl_error_raise(TDL_ERR_INVALID_ARG, "%s:%d: field '%s': unknown field",
-                                     path, line, key);
+                st = tdl_error_raise(TDL_ERR_INVALID_ARG, "%s:%d: field '%s': unknown field", path,
+                                     line, key);
                 json_decref(o);
                 goto out;
             }
         }
         if (n == cap) {
             cap = cap ? 2 * cap : 256;
-            workload_request_t *p = realloc(r, (size_t)cap * sizeof(*r));
+            coord_workload_request_t *p = realloc(r, (size_t)cap * sizeof(*r));
             uint64_t *s = realloc(seeds, (size_t)cap * sizeof(*s));
             if (p)
                 r = p;
@@ -261,8 +262,10 @@ tdl_status_t workload_read(const char *path, workload_request_t **reqs_out, int 
             goto out;
         }
         if (res != 32 && res != 64 && res != 128) {
-            st = tdl_error_raise(TDL_ERR_INVALID_ARG, "%s:%d: field 'resolution': must be 32, 64 "
-                                 "or 128", path, line);
+            st = tdl_error_raise(TDL_ERR_INVALID_ARG,
+                                 "%s:%d: field 'resolution': must be 32, 64 "
+                                 "or 128",
+                                 path, line);
             json_decref(o);
             goto out;
         }
@@ -270,8 +273,7 @@ tdl_status_t workload_read(const char *path, workload_request_t **reqs_out, int 
             cfg = json_is_number(v) ? json_number_value(v) : -1;
             if (!(cfg >= 0 && cfg <= 20)) {
                 st = tdl_error_raise(TDL_ERR_INVALID_ARG,
-                                     "%s:%d: field 'cfg': must be a number in 0 .. 20", path,
-                                     line);
+                                     "%s:%d: field 'cfg': must be a number in 0 .. 20", path, line);
                 json_decref(o);
                 goto out;
             }
@@ -280,18 +282,26 @@ tdl_status_t workload_read(const char *path, workload_request_t **reqs_out, int 
         if ((v = json_object_get(o, "sampler")) && !json_is_null(v)) {
             const char *sv = json_is_string(v) ? json_string_value(v) : "";
             if (strcmp(sv, "euler") && strcmp(sv, "heun")) {
-                st = tdl_error_raise(TDL_ERR_INVALID_ARG, "%s:%d: field 'sampler': must be "
-                                     "\"euler\" or \"heun\"", path, line);
+                st = tdl_error_raise(TDL_ERR_INVALID_ARG,
+                                     "%s:%d: field 'sampler': must be "
+                                     "\"euler\" or \"heun\"",
+                                     path, line);
                 json_decref(o);
                 goto out;
             }
             euler = !strcmp(sv, "euler");
         }
         json_decref(o);
-        r[n] = (workload_request_t){.at_ms = at, .label = (int)label, .n = (int)nimg,
-                                    .resolution = (int)res, .steps = (int)steps, .cfg = cfg,
-                                    .seed = (uint64_t)n, .priority = (int)prio, .euler = euler,
-                                    .deadline_ms = dl};
+        r[n] = (coord_workload_request_t){.at_ms = at,
+                                          .label = (int)label,
+                                          .n = (int)nimg,
+                                          .resolution = (int)res,
+                                          .steps = (int)steps,
+                                          .cfg = cfg,
+                                          .seed = (uint64_t)n,
+                                          .priority = (int)prio,
+                                          .euler = euler,
+                                          .deadline_ms = dl};
         seeds[n] = (uint64_t)seed;
         n++;
     }

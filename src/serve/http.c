@@ -16,7 +16,7 @@
 #include <jansson.h>
 #include <microhttpd.h>
 
-#include "serve/front.h"
+#include "serve/serve.h"
 
 #if MHD_VERSION >= 0x00097002
 typedef enum MHD_Result http_result_t;
@@ -957,8 +957,7 @@ static void http_log(void *cls, const char *fmt, va_list ap)
         tdl_log_vwrite(TDL_LOG_INFO, fmt, ap);
 }
 
-tdl_status_t serve_listen_parse(const char *addr, char host_out[SERVE_HOST_MAX + 1],
-                                int *port_out)
+tdl_status_t serve_listen_parse(const char *addr, char host_out[SERVE_HOST_MAX + 1], int *port_out)
 {
     const char *usage = "use HOST:PORT (127.0.0.1:8000, [::1]:8000, 0.0.0.0:8000; port 0 "
                         "picks a free one)";
@@ -980,11 +979,13 @@ tdl_status_t serve_listen_parse(const char *addr, char host_out[SERVE_HOST_MAX +
     size_t digits = strspn(port, "0123456789");
     if (!port[0] || digits != strlen(port) || digits > 5 || atol(port) > 65535)
         return tdl_error_raise(TDL_ERR_INVALID_ARG,
-                               "--listen '%s': the port must be a number from 0 to 65535: %s",
-                               addr, usage);
+                               "--listen '%s': the port must be a number from 0 to 65535: %s", addr,
+                               usage);
     if ((size_t)(h1 - h0) > SERVE_HOST_MAX)
-        return tdl_error_raise(TDL_ERR_INVALID_ARG, "--listen '%s': the host is longer than %d "
-                               "characters", addr, SERVE_HOST_MAX);
+        return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                               "--listen '%s': the host is longer than %d "
+                               "characters",
+                               addr, SERVE_HOST_MAX);
     memcpy(host_out, h0, (size_t)(h1 - h0));
     host_out[h1 - h0] = '\0';
     *port_out = (int)atol(port);

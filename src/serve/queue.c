@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "serve/front.h"
+#include "serve/serve.h"
 
 #define LATENCIES_KEPT (1u << 20)
 

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "core/core.h"
-#include "serve/front.h"
+#include "serve/serve.h"
 #include "tap.h"
 
 #define NREQ 10000
@@ -54,8 +54,8 @@ static void test_id_then_client_id(void)
     char ida[SERVE_ID_MAX + 1], idb[SERVE_ID_MAX + 1];
     ok(submit(q, &a, &sa, ida) && submit(q, &b, &sb, idb), "both admitted");
     is_str(idb, "mine-1", "the client's id is kept");
-    ok(sa != sb, "a server id then a client id: seeds differ (%llu, %llu)",
-       (unsigned long long)sa, (unsigned long long)sb);
+    ok(sa != sb, "a server id then a client id: seeds differ (%llu, %llu)", (unsigned long long)sa,
+       (unsigned long long)sb);
     serve_queue_destroy(q);
 }
 

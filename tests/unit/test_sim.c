@@ -16,7 +16,7 @@
 #include "tap.h"
 
 /* prepare 1 ms, step 10 ms at SP1 and 6 ms at SP2, decode 2 ms; a migration 5 ms. */
-static void model_hand(cost_model_t *m)
+static void model_hand(coord_cost_model_t *m)
 {
     memset(m, 0, sizeof(*m));
     m->patch = 4;
@@ -24,44 +24,51 @@ static void model_hand(cost_model_t *m)
     m->migration_latency_s = 0.005;
     m->migration_bytes_per_s = 1e9;
     m->state_bytes_per_token = 0;
-    cost_model_set_fit(m, COST_PREPARE, 1, 0, 0, 0.001, 0);
-    cost_model_set_fit(m, COST_STEP, 1, 0, 0, 0.010, 0);
-    cost_model_set_fit(m, COST_STEP, 2, 0, 0, 0.006, 0);
-    cost_model_set_fit(m, COST_DECODE, 1, 0, 0, 0.002, 0);
+    coord_cost_model_set_fit(m, COORD_COST_PREPARE, 1, 0, 0, 0.001, 0);
+    coord_cost_model_set_fit(m, COORD_COST_STEP, 1, 0, 0, 0.010, 0);
+    coord_cost_model_set_fit(m, COORD_COST_STEP, 2, 0, 0, 0.006, 0);
+    coord_cost_model_set_fit(m, COORD_COST_DECODE, 1, 0, 0, 0.002, 0);
 }
 
-static workload_request_t wreq(int64_t at_ms, int steps, int prio, int64_t deadline_ms)
+static coord_workload_request_t wreq(int64_t at_ms, int steps, int prio, int64_t deadline_ms)
 {
-    return (workload_request_t){.at_ms = at_ms, .label = -1, .n = 1, .resolution = 32,
-                                .steps = steps, .cfg = 1, .seed = 1, .priority = prio,
-                                .euler = 1, /* the timelines count one evaluation a step */
-                                .deadline_ms = deadline_ms};
+    return (coord_workload_request_t){.at_ms = at_ms,
+                                      .label = -1,
+                                      .n = 1,
+                                      .resolution = 32,
+                                      .steps = steps,
+                                      .cfg = 1,
+                                      .seed = 1,
+                                      .priority = prio,
+                                      .euler = 1, /* the timelines count one evaluation a step */
+                                      .deadline_ms = deadline_ms};
 }
 
 static void test_static_timelines(void)
 {
-    cost_model_t m;
+    coord_cost_model_t m;
     model_hand(&m);
-    workload_request_t rs[2] = {wreq(0, 10, 0, 0), wreq(0, 10, 0, 0)};
+    coord_workload_request_t rs[2] = {wreq(0, 10, 0, 0), wreq(0, 10, 0, 0)};
     double fin[2];
-    sim_result_t r;
-    sim_config_t c = {.ranks = 2, .chunk = 5, .cost = &m, .policy = policy_find("static_sp1")};
-    ok(sim_run(&c, rs, 2, &r, fin) == TDL_OK, "static_sp1 runs");
+    coord_sim_result_t r;
+    coord_sim_config_t c = {
+        .ranks = 2, .chunk = 5, .cost = &m, .policy = coord_policy_find("static_sp1")};
+    ok(coord_sim_run(&c, rs, 2, &r, fin) == TDL_OK, "static_sp1 runs");
     is_near(fin[0], 0.103, 1e-12, "static_sp1: request 0 on its own rank: 1 + 10x10 + 2 ms");
     is_near(fin[1], 0.103, 1e-12, "static_sp1: request 1 beside it, the same");
     is_int(r.migrations, 0, "no migration");
     is_near(r.utilization, 1.0, 1e-9, "both ranks busy all the time");
     /* Heun (the default): two model evaluations a step, so 1 + 10x10x2 + 2 ms */
     rs[0].euler = rs[1].euler = 0;
-    ok(sim_run(&c, rs, 2, &r, fin) == TDL_OK, "static_sp1 runs Heun requests");
+    ok(coord_sim_run(&c, rs, 2, &r, fin) == TDL_OK, "static_sp1 runs Heun requests");
     is_near(fin[0], 0.203, 1e-12, "static_sp1, Heun: 1 + 10x10x2 + 2 ms");
     rs[0].euler = rs[1].euler = 1;
     /* static_sp2: a task waits for 2 free ranks, even PREPARE and DECODE, which run on the
      * first of them. Request 0: PREPARE (0.001), chunks on both ranks (0.031, 0.061), DECODE
      * (0.063); request 1 waits that long, then PREPARE (0.064), chunks (0.094, 0.124), DECODE
      * (0.126). */
-    c.policy = policy_find("static_sp2");
-    ok(sim_run(&c, rs, 2, &r, fin) == TDL_OK, "static_sp2 runs");
+    c.policy = coord_policy_find("static_sp2");
+    ok(coord_sim_run(&c, rs, 2, &r, fin) == TDL_OK, "static_sp2 runs");
     is_near(fin[0], 0.063, 1e-12, "static_sp2: request 0 at 63 ms");
     is_near(fin[1], 0.126, 1e-12, "static_sp2: request 1 at 126 ms");
     is_near(r.mean_s, 0.0945, 1e-12, "mean latency 94.5 ms");
@@ -78,38 +85,40 @@ static void test_migration(void)
      * chunk narrows to rank 1 alone: a migration (5 ms) + 5 x 10 ms -> 86 ms, DECODE on rank 1,
      * which holds the latents -> 88 ms. Request 1: PREPARE to 32 ms, chunks on rank 0 to 82 and
      * 132 ms, DECODE on rank 0 -> 134 ms. */
-    cost_model_t m;
+    coord_cost_model_t m;
     model_hand(&m);
-    workload_request_t rs[2] = {wreq(0, 10, 0, 0), wreq(10, 10, 1, 0)};
+    coord_workload_request_t rs[2] = {wreq(0, 10, 0, 0), wreq(10, 10, 1, 0)};
     double fin[2];
-    sim_result_t r;
-    sim_config_t c = {.ranks = 2, .chunk = 5, .cost = &m, .policy = policy_find("edf_priority")};
-    ok(sim_run(&c, rs, 2, &r, fin) == TDL_OK, "edf_priority runs");
+    coord_sim_result_t r;
+    coord_sim_config_t c = {
+        .ranks = 2, .chunk = 5, .cost = &m, .policy = coord_policy_find("edf_priority")};
+    ok(coord_sim_run(&c, rs, 2, &r, fin) == TDL_OK, "edf_priority runs");
     is_near(fin[0], 0.088, 1e-12, "request 0 at 88 ms, the migration's 5 ms included");
     is_near(fin[1], 0.134, 1e-12, "request 1 at 134 ms");
     is_int(r.migrations, 1, "one migration: 2 ranks -> 1");
     is_near(r.migration_s, 0.005, 1e-12, "costing latency_s (no state bytes)");
     /* A deadline request 1 misses: 100 ms from arrival at 10 ms is 110 ms < 134 ms. */
     rs[1].deadline_ms = 100;
-    ok(sim_run(&c, rs, 2, &r, fin) == TDL_OK, "again with a deadline");
+    ok(coord_sim_run(&c, rs, 2, &r, fin) == TDL_OK, "again with a deadline");
     ok(r.with_deadline == 1 && r.slo_violations == 1 && r.slo_violation_rate == 1.0,
        "the missed deadline is an SLO violation");
 }
 
 static void test_errors(void)
 {
-    cost_model_t m;
-    cost_model_default(&m);
-    workload_request_t rs[1] = {wreq(0, 10, 0, 0)};
-    sim_result_t r;
-    sim_config_t c = {.ranks = 4, .chunk = 5, .cost = &m, .policy = policy_find("static_sp8")};
-    is_int(sim_run(&c, rs, 1, &r, NULL), TDL_ERR_INTERNAL,
+    coord_cost_model_t m;
+    coord_cost_model_default(&m);
+    coord_workload_request_t rs[1] = {wreq(0, 10, 0, 0)};
+    coord_sim_result_t r;
+    coord_sim_config_t c = {
+        .ranks = 4, .chunk = 5, .cost = &m, .policy = coord_policy_find("static_sp8")};
+    is_int(coord_sim_run(&c, rs, 1, &r, NULL), TDL_ERR_INTERNAL,
            "static_sp8 on 4 ranks leaves the request waiting: an error, not a hang");
     ok(strstr(tdl_error_get(), "static_sp8") != NULL, "the error names the policy: %s",
        tdl_error_get());
-    workload_request_t un[2] = {wreq(5, 10, 0, 0), wreq(1, 10, 0, 0)};
-    c.policy = policy_find("fcfs");
-    is_int(sim_run(&c, un, 2, &r, NULL), TDL_ERR_INVALID_ARG, "an unsorted trace is refused");
+    coord_workload_request_t un[2] = {wreq(5, 10, 0, 0), wreq(1, 10, 0, 0)};
+    c.policy = coord_policy_find("fcfs");
+    is_int(coord_sim_run(&c, un, 2, &r, NULL), TDL_ERR_INVALID_ARG, "an unsorted trace is refused");
 }
 
 static void test_cost(void)
@@ -117,28 +126,32 @@ static void test_cost(void)
     double xs[4] = {64, 256, 1024, 512}, ys[4], a, b, c, e;
     for (int i = 0; i < 4; i++)
         ys[i] = 1e-7 * xs[i] * xs[i] + 3e-5 * xs[i] + 2e-3;
-    ok(cost_fit_quadratic(xs, ys, 4, &a, &b, &c, &e) == TDL_OK, "fit of 4 exact points");
+    ok(coord_cost_fit_quadratic(xs, ys, 4, &a, &b, &c, &e) == TDL_OK, "fit of 4 exact points");
     is_near(a, 1e-7, 1e-15, "a");
     is_near(b, 3e-5, 1e-12, "b");
     is_near(c, 2e-3, 1e-10, "c");
     ok(e < 1e-9, "rel_err about 0 (%g)", e);
     double xx[3] = {64, 64, 64};
-    ok(cost_fit_quadratic(xx, ys, 3, &a, &b, &c, &e) != TDL_OK, "repeated x is refused");
-    cost_model_t m, back;
-    cost_model_default(&m);
-    is_near(cost_stage_s(&m, COST_STEP, 1024, 1), 0.157, 1e-9, "default: 157 ms at 1024 tokens");
-    is_near(cost_stage_s(&m, COST_STEP, 64, 2), 0.0023, 1e-9, "default: 2.3 ms at 64 tokens SP2");
-    ok(isinf(cost_stage_s(&m, COST_STEP, 64, 16)), "no fit at 16: infinite");
-    ok(cost_stage_s(&m, COST_STEP, 64, 4) > cost_stage_s(&m, COST_STEP, 64, 1) &&
-           cost_stage_s(&m, COST_STEP, 1024, 8) < cost_stage_s(&m, COST_STEP, 1024, 4),
+    ok(coord_cost_fit_quadratic(xx, ys, 3, &a, &b, &c, &e) != TDL_OK, "repeated x is refused");
+    coord_cost_model_t m, back;
+    coord_cost_model_default(&m);
+    is_near(coord_cost_stage_s(&m, COORD_COST_STEP, 1024, 1), 0.157, 1e-9,
+            "default: 157 ms at 1024 tokens");
+    is_near(coord_cost_stage_s(&m, COORD_COST_STEP, 64, 2), 0.0023, 1e-9,
+            "default: 2.3 ms at 64 tokens SP2");
+    ok(isinf(coord_cost_stage_s(&m, COORD_COST_STEP, 64, 16)), "no fit at 16: infinite");
+    ok(coord_cost_stage_s(&m, COORD_COST_STEP, 64, 4) >
+               coord_cost_stage_s(&m, COORD_COST_STEP, 64, 1) &&
+           coord_cost_stage_s(&m, COORD_COST_STEP, 1024, 8) <
+               coord_cost_stage_s(&m, COORD_COST_STEP, 1024, 4),
        "default: SP4 loses at 64 tokens, SP8 still scales at 1024");
     char path[] = "/tmp/tidal-cost-XXXXXX";
     int fd = mkstemp(path);
     close(fd);
-    ok(cost_model_save(&m, path) == TDL_OK, "save");
-    ok(cost_model_load(path, &back) == TDL_OK, "load: %s", tdl_error_get());
+    ok(coord_cost_model_save(&m, path) == TDL_OK, "save");
+    ok(coord_cost_model_load(path, &back) == TDL_OK, "load: %s", tdl_error_get());
     int same = back.patch == m.patch && back.migration_latency_s == m.migration_latency_s;
-    for (int s = 0; s < COST_NSTAGES; s++) {
+    for (int s = 0; s < COORD_COST_NSTAGES; s++) {
         same &= back.nfits[s] == m.nfits[s];
         for (int i = 0; i < m.nfits[s]; i++)
             same &= back.fits[s][i].degree == m.fits[s][i].degree &&
@@ -148,28 +161,30 @@ static void test_cost(void)
     FILE *f = fopen(path, "w");
     fputs("{\"patch\": 4, \"stages\": {\"step\": {\"3\": {\"a\": 0, \"b\": 0, \"c\": 1}}}}", f);
     fclose(f);
-    ok(cost_model_load(path, &back) == TDL_ERR_CORRUPT, "degree 3 refused: %s", tdl_error_get());
+    ok(coord_cost_model_load(path, &back) == TDL_ERR_CORRUPT, "degree 3 refused: %s",
+       tdl_error_get());
     unlink(path);
-    ok(cost_model_load("/nonexistent/cost.json", &back) == TDL_ERR_NOT_FOUND, "missing file");
+    ok(coord_cost_model_load("/nonexistent/cost.json", &back) == TDL_ERR_NOT_FOUND, "missing file");
 }
 
 static void test_trace(void)
 {
-    cost_model_t m;
-    cost_model_default(&m);
-    workload_config_t wc;
-    workload_config_default(&wc);
+    coord_cost_model_t m;
+    coord_cost_model_default(&m);
+    coord_workload_config_t wc;
+    coord_workload_config_default(&wc);
     wc.requests = 300;
-    workload_request_t *rs = NULL, *back = NULL;
+    coord_workload_request_t *rs = NULL, *back = NULL;
     int n = 0, nb = 0;
-    ok(workload_generate(&wc, &m, &rs, &n) == TDL_OK && n == 300, "300 requests generated");
+    ok(coord_workload_generate(&wc, &m, &rs, &n) == TDL_OK && n == 300, "300 requests generated");
     char path[] = "/tmp/tidal-trace-XXXXXX";
     int fd = mkstemp(path);
     close(fd);
-    ok(workload_write(path, rs, n) == TDL_OK, "written");
-    ok(workload_read(path, &back, &nb) == TDL_OK && nb == n, "read back: %s", tdl_error_get());
+    ok(coord_workload_write(path, rs, n) == TDL_OK, "written");
+    ok(coord_workload_read(path, &back, &nb) == TDL_OK && nb == n, "read back: %s",
+       tdl_error_get());
     ok(nb == n && !memcmp(rs, back, (size_t)n * sizeof(*rs)), "identical after the round trip");
-    double t1 = policy_single_rank_s(&m, 128, 1, 2 * 50); /* Heun: two evaluations a step */
+    double t1 = coord_policy_single_rank_s(&m, 128, 1, 2 * 50); /* Heun: two evaluations a step */
     int okd = 1;
     for (int i = 0; i < n; i++)
         if (rs[i].resolution == 128)
@@ -180,13 +195,14 @@ static void test_trace(void)
     fclose(f);
     free(back);
     back = NULL;
-    ok(workload_read(path, &back, &nb) == TDL_ERR_INVALID_ARG &&
+    ok(coord_workload_read(path, &back, &nb) == TDL_ERR_INVALID_ARG &&
            strstr(tdl_error_get(), ":3: field 'class'"),
        "an unknown field is refused, as serve does: %s", tdl_error_get());
     f = fopen(path, "w");
-    fputs("{\"at_ms\": 5, \"seed\": 9}\n{\"at_ms\": 1, \"seed\": 8}\n{\"at_ms\": 5, \"seed\": 7}\n", f);
+    fputs("{\"at_ms\": 5, \"seed\": 9}\n{\"at_ms\": 1, \"seed\": 8}\n{\"at_ms\": 5, \"seed\": 7}\n",
+          f);
     fclose(f);
-    ok(workload_read(path, &back, &nb) == TDL_OK && nb == 3 && back[0].seed == 8 &&
+    ok(coord_workload_read(path, &back, &nb) == TDL_OK && nb == 3 && back[0].seed == 8 &&
            back[1].seed == 9 && back[2].seed == 7,
        "sorted by at_ms, ties in file order");
     unlink(path);
@@ -196,20 +212,21 @@ static void test_trace(void)
 
 static void test_scale(void)
 {
-    cost_model_t m;
-    cost_model_default(&m);
-    workload_config_t wc;
-    workload_config_default(&wc);
+    coord_cost_model_t m;
+    coord_cost_model_default(&m);
+    coord_workload_config_t wc;
+    coord_workload_config_default(&wc);
     wc.ranks = 512;
     wc.requests = 10000;
     wc.load = 0.9;
-    workload_request_t *rs = NULL;
+    coord_workload_request_t *rs = NULL;
     int n = 0;
-    ok(workload_generate(&wc, &m, &rs, &n) == TDL_OK, "10,000 requests for 512 ranks");
-    sim_config_t c = {.ranks = 512, .chunk = 5, .cost = &m, .policy = policy_find("edf_best_fit")};
-    sim_result_t r;
+    ok(coord_workload_generate(&wc, &m, &rs, &n) == TDL_OK, "10,000 requests for 512 ranks");
+    coord_sim_config_t c = {
+        .ranks = 512, .chunk = 5, .cost = &m, .policy = coord_policy_find("edf_best_fit")};
+    coord_sim_result_t r;
     double t0 = tdl_clock_s();
-    ok(sim_run(&c, rs, n, &r, NULL) == TDL_OK && r.requests == 10000, "simulated to the end");
+    ok(coord_sim_run(&c, rs, n, &r, NULL) == TDL_OK && r.requests == 10000, "simulated to the end");
     diag("512 ranks, 10,000 requests, edf_best_fit: %.2f s of wall time (%ld tasks); "
          "utilization %.2f, mean latency %.3f s",
          tdl_clock_s() - t0, r.tasks, r.utilization, r.mean_s);

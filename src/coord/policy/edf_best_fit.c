@@ -5,9 +5,9 @@
 
 #include "coord/policy_internal.h"
 
-static const policy_rule_t edf_best_fit_rule = {.before = policy_before_deadline,
-                                                .degree = policy_degree_best_fit,
-                                                .widen = true};
-POLICY_ENGINE_OPS(edf_best_fit, "edf_best_fit",
-                  "earliest deadline first, the smallest degree that meets it; surplus only where "
-                  "faster");
+static const coord_policy_rule_t edf_best_fit_rule = {
+    .before = coord_policy_before_deadline, .degree = coord_policy_degree_best_fit, .widen = true};
+COORD_POLICY_ENGINE_OPS(
+    edf_best_fit, "edf_best_fit",
+    "earliest deadline first, the smallest degree that meets it; surplus only where "
+    "faster");

@@ -3,11 +3,13 @@
 
 #include "coord/policy_internal.h"
 
-static int edf_greedy_degree(const policy_view_t *v, const policy_request_t *r, int nfree)
+static int edf_greedy_degree(const coord_policy_view_t *v, const coord_policy_request_t *r,
+                             int nfree)
 {
     return nfree;
 }
 
-static const policy_rule_t edf_greedy_rule = {.before = policy_before_deadline,
-                                              .degree = edf_greedy_degree};
-POLICY_ENGINE_OPS(edf_greedy, "edf_greedy", "earliest deadline first, the widest degree that fits");
+static const coord_policy_rule_t edf_greedy_rule = {.before = coord_policy_before_deadline,
+                                                    .degree = edf_greedy_degree};
+COORD_POLICY_ENGINE_OPS(edf_greedy, "edf_greedy",
+                        "earliest deadline first, the widest degree that fits");

@@ -4,6 +4,6 @@
 
 #include "coord/policy_internal.h"
 
-static const policy_rule_t fcfs_rule = {.before = policy_before_arrival,
-                                        .degree = policy_degree_fastest};
-POLICY_ENGINE_OPS(fcfs, "fcfs", "arrival order, the fastest degree that fits");
+static const coord_policy_rule_t fcfs_rule = {.before = coord_policy_before_arrival,
+                                              .degree = coord_policy_degree_fastest};
+COORD_POLICY_ENGINE_OPS(fcfs, "fcfs", "arrival order, the fastest degree that fits");

@@ -4,21 +4,22 @@
 
 #include "coord/policy_internal.h"
 
-static bool sjf_before(const policy_view_t *v, const policy_request_t *a,
-                       const policy_request_t *b)
+static bool sjf_before(const coord_policy_view_t *v, const coord_policy_request_t *a,
+                       const coord_policy_request_t *b)
 {
-    bool sa = a->next != POLICY_TASK_PREPARE, sb = b->next != POLICY_TASK_PREPARE;
+    bool sa = a->next != COORD_POLICY_TASK_PREPARE, sb = b->next != COORD_POLICY_TASK_PREPARE;
     if (sa != sb)
         return sa;
     if (sa)
-        return policy_before_arrival(v, a, b);
-    double ta = policy_single_rank_s(v->cost, a->resolution, a->n, a->steps_total);
-    double tb = policy_single_rank_s(v->cost, b->resolution, b->n, b->steps_total);
+        return coord_policy_before_arrival(v, a, b);
+    double ta = coord_policy_single_rank_s(v->cost, a->resolution, a->n, a->steps_total);
+    double tb = coord_policy_single_rank_s(v->cost, b->resolution, b->n, b->steps_total);
     if (ta != tb)
         return ta < tb;
-    return policy_before_arrival(v, a, b);
+    return coord_policy_before_arrival(v, a, b);
 }
 
-static const policy_rule_t sjf_rule = {.before = sjf_before,
-                                       .degree = policy_degree_fastest};
-POLICY_ENGINE_OPS(sjf, "sjf", "smallest job first, started requests first; the fastest degree");
+static const coord_policy_rule_t sjf_rule = {.before = sjf_before,
+                                             .degree = coord_policy_degree_fastest};
+COORD_POLICY_ENGINE_OPS(sjf, "sjf",
+                        "smallest job first, started requests first; the fastest degree");

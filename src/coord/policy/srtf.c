@@ -4,15 +4,16 @@
 
 #include "coord/policy_internal.h"
 
-static bool srtf_before(const policy_view_t *v, const policy_request_t *a,
-                        const policy_request_t *b)
+static bool srtf_before(const coord_policy_view_t *v, const coord_policy_request_t *a,
+                        const coord_policy_request_t *b)
 {
-    double ta = policy_remaining_s(v, a, 1), tb = policy_remaining_s(v, b, 1);
+    double ta = coord_policy_remaining_s(v, a, 1), tb = coord_policy_remaining_s(v, b, 1);
     if (ta != tb)
         return ta < tb;
-    return policy_before_arrival(v, a, b);
+    return coord_policy_before_arrival(v, a, b);
 }
 
-static const policy_rule_t srtf_rule = {.before = srtf_before,
-                                        .degree = policy_degree_fastest};
-POLICY_ENGINE_OPS(srtf, "srtf", "shortest remaining time first, pre-emptive at task boundaries");
+static const coord_policy_rule_t srtf_rule = {.before = srtf_before,
+                                              .degree = coord_policy_degree_fastest};
+COORD_POLICY_ENGINE_OPS(srtf, "srtf",
+                        "shortest remaining time first, pre-emptive at task boundaries");

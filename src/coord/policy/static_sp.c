@@ -5,15 +5,15 @@
 #include "coord/policy_internal.h"
 
 #define STATIC_SP(N)                                                                               \
-    static int static_sp##N##_degree(const policy_view_t *v, const policy_request_t *r, int nfree) \
+    static int static_sp##N##_degree(const coord_policy_view_t *v,                                 \
+                                     const coord_policy_request_t *r, int nfree)                   \
     {                                                                                              \
         return N <= nfree ? N : 0;                                                                 \
     }                                                                                              \
-    static const policy_rule_t static_sp##N##_rule = {.before = policy_before_arrival,             \
-                                                      .degree = static_sp##N##_degree,             \
-                                                      .blocking = true};                           \
-    POLICY_ENGINE_OPS(static_sp##N, "static_sp" #N,                                                \
-                      "every chunk at degree " #N ", first come first served")
+    static const coord_policy_rule_t static_sp##N##_rule = {                                       \
+        .before = coord_policy_before_arrival, .degree = static_sp##N##_degree, .blocking = true}; \
+    COORD_POLICY_ENGINE_OPS(static_sp##N, "static_sp" #N,                                          \
+                            "every chunk at degree " #N ", first come first served")
 
 STATIC_SP(1);
 STATIC_SP(2);
