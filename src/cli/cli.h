@@ -3,6 +3,8 @@
 #define TIDAL_CLI_H
 
 #include "core/core.h"
+#include "coord/job.h"
+#include "train/train.h"
 
 /* Exit codes that scripts can trust. */
 enum {
@@ -17,8 +19,9 @@ typedef struct cli_command {
     const char *usage;             /* "tidal info [options]" */
     const tdl_param_def_t *params; /* this command's own parameters */
     size_t nparams;
-    const tdl_param_def_t *params2; /* and those it shares with another command (or NULL) */
-    size_t nparams2;
+    /* and the tables it shares with other commands (unused entries NULL) */
+    const tdl_param_def_t *shared[2];
+    size_t nshared[2];
     /* Runs with the registry filled in; positional arguments follow the command name. */
     int (*run)(tdl_params_t *params, int npos, char **pos);
 } cli_command_t;
@@ -35,6 +38,13 @@ extern const cli_command_t cli_cmd_run;
 /* tidal serve's parameters, which tidal run takes too */
 #define CLI_SERVE_NPARAMS 25
 extern const tdl_param_def_t cli_serve_params[CLI_SERVE_NPARAMS];
+/* the training parameters of tidal train and tidal run (each has its own steps, batch,
+ * micro-batch and output ones, whose defaults differ) */
+#define CLI_TRAIN_NPARAMS 13
+extern const tdl_param_def_t cli_train_params[CLI_TRAIN_NPARAMS];
+/* Reads them (and batch, micro-batch and the steps parameter named `steps`) into *o, checking
+ * the model and resolution: CLI_EXIT_OK, or CLI_EXIT_USAGE after printing why. */
+int cli_train_opts(tdl_params_t *params, const char *steps, train_opts_t *o);
 
 /* --device, for the commands that run the model (TIDAL_DEVICE sets it, as any parameter). */
 #define CLI_DEVICE_PARAM                                                                           \
@@ -43,6 +53,15 @@ extern const tdl_param_def_t cli_serve_params[CLI_SERVE_NPARAMS];
      "visible GPUs; CUDA_VISIBLE_DEVICES narrows them), or cuda-emulated (the CUDA code run on "   \
      "the CPU, slowly, for tests)",                                                                \
      "cpu|cuda|cuda-emulated", 1, 0}
+
+/* What `tidal run` adds to serving: rank 0's co-location and the workers' training. */
+typedef struct cli_colocate {
+    coord_colocate_opts_t colocate;
+    coord_worker_opts_t worker;
+} cli_colocate_t;
+/* `tidal serve`'s start-up and end on every rank, with co-location when run is not NULL:
+ * the exit code every rank shares. */
+int cli_serve_main(tdl_params_t *params, const char *what, const cli_colocate_t *run);
 
 /* Prints "tidal: <message>" and returns CLI_EXIT_USAGE. */
 int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

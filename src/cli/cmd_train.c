@@ -18,44 +18,15 @@
 #include "train/train.h"
 
 static const tdl_param_def_t train_params[] = {
-    {"model", TDL_PARAM_STRING, "fmnist", "DiT configuration: tiny, fmnist, DiT-S/2 ... DiT-XL/8",
-     NULL, 1, 0},
-    {"data", TDL_PARAM_STRING, "fmnist",
-     "'fmnist' (Debian's dataset-fashion-mnist) or an HDF5 data set (doc/data.md)", NULL, 1, 0},
-    {"resolution", TDL_PARAM_INT, "0", "training resolution (0: the data set's, 32 for fmnist)",
-     NULL, 0, 4096},
     {"steps", TDL_PARAM_INT, "1500", "optimizer steps", NULL, 0, 1e12},
     {"batch", TDL_PARAM_INT, "64", "global batch (images per step, whatever the rank count)", NULL,
      1, 1 << 20},
     {"micro-batch", TDL_PARAM_INT, "32", "images per forward pass on one rank", NULL, 1, 1 << 16},
-    {"lr", TDL_PARAM_DOUBLE, "1e-3", "AdamW learning rate", NULL, 0, 1},
-    {"warmup", TDL_PARAM_INT, "100", "linear learning-rate warm-up steps", NULL, 0, 1e12},
-    {"clip", TDL_PARAM_DOUBLE, "1.0", "gradient-norm clipping (0: off)", NULL, 0, 1e9},
-    {"ema", TDL_PARAM_DOUBLE, "0.999", "EMA decay of the sampling weights", NULL, 0, 1},
-    {"weight-decay", TDL_PARAM_DOUBLE, "0", "AdamW decoupled weight decay", NULL, 0, 1},
-    {"allreduce", TDL_PARAM_ENUM, "f32",
-     "gradient all-reduce format (f32: exact; the others compress every hop)",
-     "f32|bf16|fp16|mxfp8|mxfp6|mxfp4|mxfp8_e4m3|mxfp8_e5m2|mxfp6_e3m2|mxfp6_e2m3|mxfp4_e2m1|"
-     "int8|int8_rht|dynamiq",
-     1,
-     0},
-    {"allreduce-round", TDL_PARAM_ENUM, "default",
-     "rounding of the compressed all-reduce: the format's own (dynamiq: correlated stochastic; "
-     "the others: nearest), or forced",
-     "default|nearest|stochastic", 1, 0},
-    {"allreduce-bits", TDL_PARAM_DOUBLE, "5",
-     "dynamiq's average bits per gradient value on the wire, metadata included", NULL, 1.375,
-     16.3},
-    {"allreduce-ef", TDL_PARAM_BOOL, "false",
-     "error feedback: each rank adds the errors of its own encodings to its next gradient", NULL,
-     0, 0},
     {"dump-grads", TDL_PARAM_STRING, NULL,
      "directory where each rank writes its own gradient (grads-<step>-rank<r>.h5, under the "
      "PyTorch names) every --dump-grads-every steps, for the codec benchmarks",
      NULL, 1, 0},
     {"dump-grads-every", TDL_PARAM_INT, "100", "steps between gradient dumps", NULL, 1, 1e12},
-    {"seed", TDL_PARAM_INT, "1", "seed of every random stream (init, data order, noise)", NULL, 0,
-     9.2e18},
     CLI_DEVICE_PARAM,
     {"val-every", TDL_PARAM_INT, "100",
      "steps between validation losses on held-out images (0: never): loss.csv's val_loss (the "
@@ -153,30 +124,12 @@ static int train_run(tdl_params_t *params, int npos, char **pos)
 {
     if (npos > 0)
         return cli_usage_error("'tidal train' takes no arguments, found '%s'", pos[0]);
-    train_opts_t o = {
-        .model = tdl_param_str(params, "model"),
-        .data = tdl_param_str(params, "data"),
-        .resolution = (int)tdl_param_int(params, "resolution"),
-        .steps = tdl_param_int(params, "steps"),
-        .batch = (int)tdl_param_int(params, "batch"),
-        .micro_batch = (int)tdl_param_int(params, "micro-batch"),
-        .lr = (float)tdl_param_double(params, "lr"),
-        .weight_decay = (float)tdl_param_double(params, "weight-decay"),
-        .clip = (float)tdl_param_double(params, "clip"),
-        .ema_decay = (float)tdl_param_double(params, "ema"),
-        .warmup = tdl_param_int(params, "warmup"),
-        .seed = (uint64_t)tdl_param_int(params, "seed"),
-        .allreduce = tdl_param_str(params, "allreduce"),
-        .allreduce_bits = tdl_param_double(params, "allreduce-bits"),
-        .allreduce_ef = tdl_param_bool(params, "allreduce-ef"),
-        .dump_grads = tdl_param_str(params, "dump-grads"),
-        .dump_every = tdl_param_int(params, "dump-grads-every"),
-        .device = tdl_param_str(params, "device"),
-    };
-    codec_round_t round = CODEC_ROUND_DEFAULT;
-    if (codec_round_parse(tdl_param_str(params, "allreduce-round"), &round) != TDL_OK)
-        return cli_usage_error("--allreduce-round: %s", tdl_error_get());
-    o.allreduce_round = (int)round;
+    train_opts_t o;
+    int rc0 = cli_train_opts(params, "steps", &o);
+    if (rc0 != CLI_EXIT_OK)
+        return rc0;
+    o.dump_grads = tdl_param_str(params, "dump-grads");
+    o.dump_every = tdl_param_int(params, "dump-grads-every");
     const char *out_dir = tdl_param_str(params, "out");
     int log_every = (int)tdl_param_int(params, "log-every");
     int64_t val_every = tdl_param_int(params, "val-every");
@@ -190,18 +143,6 @@ static int train_run(tdl_params_t *params, int npos, char **pos)
     bool ckpt_async = tdl_param_bool(params, "ckpt-async");
     int keep = (int)tdl_param_int(params, "keep");
     const char *resume = tdl_param_str(params, "resume");
-    dit_config_t probe;
-    if (dit_config_named(o.model, &probe) != TDL_OK)
-        return cli_usage_error("--model: %s", tdl_error_get());
-    /* the model's check of a resolution, before start-up: 33 is not a multiple of a patch */
-    if (o.resolution) {
-        probe.input_size = o.resolution;
-        if (dit_config_check(&probe) != TDL_OK)
-            return cli_usage_error("--resolution %d: %s", o.resolution, tdl_error_get());
-    }
-    if (o.micro_batch > o.batch)
-        o.micro_batch = o.batch;
-
     tdl_boot_info_t me;
     tdl_status_t st = tdl_boot_init(NULL, NULL, &me);
     if (st != TDL_OK) {
@@ -409,5 +350,7 @@ const cli_command_t cli_cmd_train = {
     .usage = "[mpirun -np N] tidal train [--model fmnist] [--steps N] [--batch B] [--out DIR]",
     .params = train_params,
     .nparams = TDL_ARRAY_SIZE(train_params),
+    .shared = {cli_train_params},
+    .nshared = {CLI_TRAIN_NPARAMS},
     .run = train_run,
 };

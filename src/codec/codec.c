@@ -41,8 +41,7 @@ const codec_ops_t *codec_find(const char *name)
 
 const char *codec_names(void)
 {
-    return "f32|bf16|fp16|mxfp8_e4m3|mxfp8_e5m2|mxfp6_e3m2|mxfp6_e2m3|mxfp4_e2m1|int8|int8_rht|"
-           "dynamiq";
+    return CODEC_NAMES;
 }
 
 /* The configuration lives in the same allocation as the codec_t. */

@@ -99,7 +99,12 @@ size_t codec_dynamiq_size(size_t n, int code);
 /* The level tables of kind 0 (fitted) or 1 (uniform): [9][256] floats each, level k of width
  * w at [w * 256 + k], 1 / (level k+1 - level k) likewise in inv_gap. */
 void codec_dynamiq_tables(int kind, const float **levels, const float **inv_gap);
-/* "f32|bf16|fp16|mxfp8_e4m3|..." in table order. */
+/* The table's formats in order, '|'-separated (a literal: parameters take it as choices), and
+ * every name codec_find takes: those and the short MX names. */
+#define CODEC_NAMES                                                                                \
+    "f32|bf16|fp16|mxfp8_e4m3|mxfp8_e5m2|mxfp6_e3m2|mxfp6_e2m3|mxfp4_e2m1|int8|int8_rht|dynamiq"
+#define CODEC_CHOICES CODEC_NAMES "|mxfp8|mxfp6|mxfp4"
+/* CODEC_NAMES. */
 const char *codec_names(void);
 
 /* A format with its configuration, as the all-reduce adapter holds it. */

@@ -176,7 +176,7 @@ typedef struct engine {
 
 tdl_status_t coord_policy_engine_create(const coord_policy_rule_t *rule, void **state_out)
 {
-    engine_t *e = calloc(1, sizeof(*e));
+    engine_t *e = tdl_calloc(1, sizeof(*e));
     if (!e)
         return tdl_error_raise(TDL_ERR_NOMEM, "policy: out of memory");
     e->rule = rule;
@@ -198,14 +198,14 @@ static tdl_status_t engine_reserve(engine_t *e, int nreq, int nranks)
 {
     if (nreq > e->cap_req) {
         int cap = TDL_MAX(nreq, 2 * e->cap_req);
-        int *p = realloc(e->cand, (size_t)cap * sizeof(*p));
+        int *p = tdl_realloc(e->cand, (size_t)cap * sizeof(*p));
         if (!p)
             return tdl_error_raise(TDL_ERR_NOMEM, "policy: out of memory");
         e->cand = p;
         e->cap_req = cap;
     }
     if (nranks > e->cap_ranks) {
-        bool *p = realloc(e->taken, (size_t)nranks * sizeof(*p));
+        bool *p = tdl_realloc(e->taken, (size_t)nranks * sizeof(*p));
         if (!p)
             return tdl_error_raise(TDL_ERR_NOMEM, "policy: out of memory");
         e->taken = p;

@@ -151,24 +151,25 @@ static tdl_status_t grow(coord_sched_t *s)
 {
     if (s->nids == s->idcap) {
         size_t cap = s->idcap * 2;
-        int *lo = realloc(s->live_of, cap * sizeof(int));
+        int *lo = tdl_realloc(s->live_of, cap * sizeof(int));
         if (!lo)
             return tdl_error_raise(TDL_ERR_NOMEM, "scheduler: out of memory");
         s->live_of = lo, s->idcap = cap;
     }
     if (s->nlive == s->cap) {
         int cap = s->cap * 2;
-        coord_policy_request_t *lv = realloc(s->live, (size_t)cap * sizeof(*lv));
+        coord_policy_request_t *lv = tdl_realloc(s->live, (size_t)cap * sizeof(*lv));
         if (lv)
             s->live = lv;
-        int *lr = realloc(s->live_ranks, (size_t)cap * (size_t)s->maxdeg * sizeof(int));
-        if (lr)
+        int *lr = tdl_realloc(s->live_ranks, (size_t)cap * (size_t)s->maxdeg * sizeof(int));
+        if (lr) {
             s->live_ranks = lr;
+            for (int i = 0; i < s->nlive; i++) /* the views' rank pointers follow the move */
+                s->live[i].ranks = &s->live_ranks[i * s->maxdeg];
+        }
         if (!lv || !lr)
             return tdl_error_raise(TDL_ERR_NOMEM, "scheduler: out of memory");
         s->cap = cap;
-        for (int i = 0; i < s->nlive; i++) /* the views' rank pointers follow the move */
-            s->live[i].ranks = &s->live_ranks[i * s->maxdeg];
     }
     return TDL_OK;
 }
@@ -368,7 +369,7 @@ tdl_status_t coord_sched_create(const coord_sched_config_t *cfg, coord_sched_t *
     if (!cfg || !cfg->cost || !cfg->policy || !cfg->start || cfg->ranks < 1 || cfg->chunk < 1)
         return tdl_error_raise(TDL_ERR_INVALID_ARG, "scheduler: needs ranks >= 1, chunk >= 1, a "
                                                     "cost model, a policy and a start function");
-    coord_sched_t *s = calloc(1, sizeof(*s));
+    coord_sched_t *s = tdl_calloc(1, sizeof(*s));
     if (!s)
         return tdl_error_raise(TDL_ERR_NOMEM, "scheduler: out of memory");
     s->cfg = *cfg;
@@ -383,16 +384,16 @@ tdl_status_t coord_sched_create(const coord_sched_config_t *cfg, coord_sched_t *
     s->bufcap = cfg->ranks;
     s->cap = 64;
     s->idcap = 64;
-    s->busy = calloc((size_t)cfg->ranks, sizeof(bool));
-    s->offline = calloc((size_t)cfg->ranks, sizeof(bool));
-    s->stamp = calloc((size_t)cfg->ranks, sizeof(int));
-    s->live = calloc((size_t)s->cap, sizeof(*s->live));
-    s->live_ranks = calloc((size_t)s->cap * (size_t)s->maxdeg, sizeof(int));
-    s->prev_ranks = calloc((size_t)s->maxdeg, sizeof(int));
-    s->live_of = malloc(s->idcap * sizeof(int));
-    s->started = malloc(((size_t)cfg->ranks + 1) * sizeof(uint64_t));
-    s->buf[0] = malloc((size_t)s->bufcap * sizeof(coord_policy_placement_t));
-    s->buf[1] = malloc((size_t)s->bufcap * sizeof(coord_policy_placement_t));
+    s->busy = tdl_calloc((size_t)cfg->ranks, sizeof(bool));
+    s->offline = tdl_calloc((size_t)cfg->ranks, sizeof(bool));
+    s->stamp = tdl_calloc((size_t)cfg->ranks, sizeof(int));
+    s->live = tdl_calloc((size_t)s->cap, sizeof(*s->live));
+    s->live_ranks = tdl_calloc((size_t)s->cap * (size_t)s->maxdeg, sizeof(int));
+    s->prev_ranks = tdl_calloc((size_t)s->maxdeg, sizeof(int));
+    s->live_of = tdl_malloc(s->idcap * sizeof(int));
+    s->started = tdl_malloc(((size_t)cfg->ranks + 1) * sizeof(uint64_t));
+    s->buf[0] = tdl_malloc((size_t)s->bufcap * sizeof(coord_policy_placement_t));
+    s->buf[1] = tdl_malloc((size_t)s->bufcap * sizeof(coord_policy_placement_t));
     tdl_status_t st = TDL_OK;
     if (!s->busy || !s->offline || !s->stamp || !s->live || !s->live_ranks || !s->prev_ranks ||
         !s->live_of || !s->started || !s->buf[0] || !s->buf[1])

@@ -1,12 +1,13 @@
 /* The discrete-event simulator of serving. Events are arrivals (from the trace) and task
- * completions (a binary heap); after each, the policy is told and its placements start at once. */
+ * completions (a binary heap), fed to the coordinator core (coord.h) as the job feeds it; a
+ * TASK command it answers finishes after the cost model's estimate. */
 #include "config.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "coord/sched.h"
+#include "coord/coord.h"
 #include "coord/sim.h"
 
 typedef struct sim_ev {
@@ -17,7 +18,7 @@ typedef struct sim_ev {
 
 typedef struct sim {
     const coord_sim_config_t *cfg;
-    coord_sched_t *sched;
+    coord_t *coord;
     sim_ev_t *heap;
     int nheap;
     uint64_t seq;
@@ -61,12 +62,18 @@ static sim_ev_t heap_pop(sim_t *s)
     return top;
 }
 
-/* The scheduler starts a task: it finishes after the cost model's estimate. */
-static tdl_status_t sim_start(void *user, const coord_sched_task_t *t)
+/* The coordinator's commands: a task finishes after its estimate; an answer ends a request. */
+static void take_commands(sim_t *s, int *done)
 {
-    sim_t *s = user;
-    heap_push(s, s->now + t->estimate_s, (int)t->id);
-    return TDL_OK;
+    const coord_cmd_t *cmd;
+    while ((cmd = coord_command_next(s->coord))) {
+        if (cmd->kind == COORD_CMD_TASK) {
+            heap_push(s, s->now + cmd->estimate_s, (int)cmd->request);
+        } else if (cmd->kind == COORD_CMD_ANSWER) {
+            s->finish[cmd->request] = cmd->finish_s;
+            (*done)++;
+        }
+    }
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -118,8 +125,8 @@ static void metrics(const sim_t *s, const coord_workload_request_t *reqs, int n,
     res->p99_s = nearest_rank(lat, n, 0.99);
     res->slo_violation_rate =
         res->with_deadline ? (double)res->slo_violations / res->with_deadline : 0;
-    coord_sched_stats_t k;
-    coord_sched_get_stats(s->sched, &k);
+    coord_stats_t k;
+    coord_stats_get(s->coord, &k);
     res->utilization = k.busy_rank_s / (s->cfg->ranks * span);
     res->tasks = k.tasks;
     res->migrations = k.migrations;
@@ -148,13 +155,12 @@ tdl_status_t coord_sim_run(const coord_sim_config_t *cfg, const coord_workload_r
         st = tdl_error_raise(TDL_ERR_NOMEM, "sim: out of memory for %d requests", n);
         goto out;
     }
-    coord_sched_config_t sc = {.ranks = cfg->ranks,
-                               .chunk = cfg->chunk,
-                               .cost = cfg->cost,
-                               .policy = cfg->policy,
-                               .start = sim_start,
-                               .user = &s};
-    if ((st = coord_sched_create(&sc, &s.sched)) != TDL_OK)
+    coord_config_t cc = {.workers = cfg->ranks,
+                         .chunk = cfg->chunk,
+                         .cost = cfg->cost,
+                         .policy = cfg->policy,
+                         .admit_max = INT32_MAX};
+    if ((st = coord_create(&cc, &s.coord)) != TDL_OK)
         goto out;
     int next = 0, done = 0;
     while (st == TDL_OK && done < n) {
@@ -164,30 +170,21 @@ tdl_status_t coord_sim_run(const coord_sim_config_t *cfg, const coord_workload_r
             st = tdl_error_raise(TDL_ERR_INTERNAL,
                                  "sim: policy %s left %d requests waiting with every rank idle "
                                  "(a degree wider than the %d ranks?)",
-                                 cfg->policy->name, coord_sched_live(s.sched), cfg->ranks);
+                                 cfg->policy->name, coord_live(s.coord), cfg->ranks);
             break;
         }
         if (ta < te) { /* completions at the same time go first: they free ranks */
-            const coord_workload_request_t *q = &reqs[next++];
+            serve_request_params_t p;
+            coord_workload_params(&reqs[next++], &p);
             s.now = ta;
-            coord_sched_request_t r = {.resolution = q->resolution,
-                                       .n = q->n * (q->label >= 0 && q->cfg != 1.0 ? 2 : 1),
-                                       .steps = q->steps,
-                                       .step_evals = coord_workload_step_evals(q),
-                                       .deadline_s =
-                                           q->deadline_ms > 0 ? ta + q->deadline_ms / 1000.0 : 0,
-                                       .priority = q->priority};
-            st = coord_sched_arrive(s.sched, ta, &r, NULL);
+            st = coord_request_arrive(s.coord, ta, &p, NULL);
         } else {
             sim_ev_t ev = heap_pop(&s);
-            bool last_task = false;
             s.now = ev.t;
-            st = coord_sched_finished(s.sched, ev.t, (uint64_t)ev.id, &last_task);
-            if (last_task) {
-                s.finish[ev.id] = ev.t;
-                done++;
-            }
+            st = coord_task_finished(s.coord, ev.t, (uint64_t)ev.id, true, NULL, 0);
         }
+        if (st == TDL_OK)
+            take_commands(&s, &done);
     }
     if (st == TDL_OK) {
         metrics(&s, reqs, n, result, lat);
@@ -195,7 +192,7 @@ tdl_status_t coord_sim_run(const coord_sim_config_t *cfg, const coord_workload_r
             memcpy(finish_s, s.finish, (size_t)n * sizeof(double));
     }
 out:
-    coord_sched_free(s.sched);
+    coord_free(s.coord);
     free(lat);
     free(s.finish);
     free(s.heap);

@@ -325,3 +325,17 @@ out:
     *n_out = n;
     return TDL_OK;
 }
+
+void coord_workload_params(const coord_workload_request_t *q, serve_request_params_t *out)
+{
+    *out = (serve_request_params_t){.label = q->label,
+                                    .n = q->n,
+                                    .resolution = q->resolution,
+                                    .steps = q->steps,
+                                    .cfg = q->cfg,
+                                    .has_seed = true,
+                                    .seed = q->seed,
+                                    .priority = q->priority,
+                                    .deadline_ms = q->deadline_ms,
+                                    .sampler = q->euler ? DIT_SAMPLER_EULER : DIT_SAMPLER_HEUN};
+}

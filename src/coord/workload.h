@@ -8,6 +8,7 @@
 #include "coord/cost.h"
 #include "coord/policy.h"
 #include "core/core.h"
+#include "serve/serve.h"
 
 /* One trace line. */
 typedef struct coord_workload_request {
@@ -27,6 +28,10 @@ static inline int coord_workload_step_evals(const coord_workload_request_t *q)
 {
     return q->euler ? 1 : 2;
 }
+
+/* The request as a client would send it (the trace's JSON line): what the simulator gives the
+ * coordinator. */
+void coord_workload_params(const coord_workload_request_t *q, serve_request_params_t *out);
 
 #define COORD_WORKLOAD_MAX_PHASES 32
 

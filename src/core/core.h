@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -217,6 +218,33 @@ tdl_status_t tdl_mkdir_p(const char *path);
 #define TDL_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define TDL_MIN(a, b)     ((a) < (b) ? (a) : (b))
 #define TDL_MAX(a, b)     ((a) > (b) ? (a) : (b))
+
+/* The bits of a float and the float of bits, by copy (a pointer cast would break aliasing). */
+static inline uint32_t tdl_f32_bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return u;
+}
+
+static inline float tdl_bits_f32(uint32_t u)
+{
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* ---- allocation, with fault injection for tests (src/core/alloc.c) ----------------------- */
+
+/* malloc, calloc, realloc and strdup, as libc's; free with free(). The modules whose failure
+ * paths the tests walk allocate through these. */
+void *tdl_malloc(size_t size);
+void *tdl_calloc(size_t count, size_t size);
+void *tdl_realloc(void *p, size_t size);
+char *tdl_strdup(const char *s);
+/* SQLite's test_malloc: the next n allocations succeed, then every one fails (n < 0: none
+ * fails, the default). Answers the allocations made since the last call. */
+long tdl_alloc_fail_after(long n);
 
 /* The version string of the library ("0.1.0") and its build options. */
 const char *tdl_version(void);

@@ -117,6 +117,16 @@ static void test_names(void)
            codec_find("mxfp6") == codec_find("mxfp6_e3m2") &&
            codec_find("mxfp4") == codec_find("mxfp4_e2m1"),
        "mxfp8, mxfp6 and mxfp4 name E4M3, E3M2 and E2M1");
+    {
+        char choices[] = CODEC_CHOICES;
+        int n = 0, all = 1;
+        for (char *save = NULL, *name = strtok_r(choices, "|", &save); name;
+             name = strtok_r(NULL, "|", &save), n++)
+            all &= codec_find(name) != NULL;
+        ok(all && n == (int)TDL_ARRAY_SIZE(all_names) + 3,
+           "every one of CODEC_CHOICES (--allreduce's) is a codec: the %d formats and 3 short "
+           "names (%d)", (int)TDL_ARRAY_SIZE(all_names), n);
+    }
 
     codec_t *c = NULL;
     is_int(codec_create("mxfp4_e2m1", &cfg_sr, &c), TDL_OK, "codec_create by name");

@@ -1,0 +1,643 @@
+/* The coordinator core (coord.h): requests through the scheduler to TASK commands, finished
+ * tasks to ANSWERs, and, when co-located, training's membership moved by a reallocation
+ * policy at step boundaries. */
+#include "config.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coord/coord.h"
+
+enum { ROLE_TRAIN = 0, ROLE_SERVE, ROLE_TO_SERVE, ROLE_TO_TRAIN };
+
+#define COORD_MAX_MOVES 4096 /* moves to serving timed for the summary */
+
+typedef struct coord_req {
+    void *handle;
+    serve_traj_spec_t spec;
+    uint64_t next_seq; /* tasks sent */
+    double arrival_s, deadline_s;
+    serve_task_kind_t kind; /* of the task running (or run last) */
+    int first, last;        /* its first and last world rank */
+    /* its answer, once it finished: kept here, so that answering never allocates */
+    bool ok, late;
+    double finish_s;
+    void *result;
+    size_t result_len;
+    char why[SERVE_ERROR_MAX];
+} coord_req_t;
+
+/* A command waiting to be taken: its rank lists as offsets into the pool, its text here. */
+typedef struct coord_pending {
+    coord_cmd_t cmd;
+    size_t ranks_at, prev_at;
+    char text[SERVE_ERROR_MAX];
+} coord_pending_t;
+
+struct coord {
+    coord_config_t cfg;
+    coord_cost_model_t cost;
+    coord_sched_t *sched;
+    coord_req_t *reqs; /* by request number */
+    size_t nreqs, cap;
+    uint64_t *answers; /* requests answered and not yet taken, cap of them */
+    size_t nanswers, answers_head;
+    coord_pending_t *cmds;
+    size_t ncmds, head, cmdcap;
+    int *pool;
+    size_t npool, poolcap;
+    coord_cmd_t out; /* the command last taken */
+    coord_stats_t stats;
+    /* co-location */
+    void *pstate;
+    int role[SERVE_WIRE_MAX_WORKERS + 1];
+    bool moved[SERVE_WIRE_MAX_WORKERS + 1]; /* sent to serving by a resize, not training's end */
+    serve_wire_members_t m;                 /* the membership, as of the last resize sent */
+    int pending;                            /* reports a resize still waits for */
+    double decided_at, last_decide;
+    double move_ms[COORD_MAX_MOVES];
+    double over_budget[COORD_MAX_MOVES]; /* each move's time over (its step + 10 ms) */
+    double over_prev[COORD_MAX_MOVES];   /* the same over (the step before the decision + 10 ms) */
+    double last_step_at, step_ms; /* when the last step report came, how long that step took */
+    double budget_ms;             /* of the resize in flight: the step before it + 10 ms */
+    double flight_start;          /* when the step under way at the decision began */
+    bool flight_open;             /* that step's report has not come yet */
+    int flight_first;             /* the first of the resize's moves in move_ms */
+    int nmoves;
+    bool decided_after_start; /* the resize in flight was decided after the first step */
+    bool done, seen_step;
+    int64_t step, first_step;
+    double loss;
+    char latest[sizeof(((serve_wire_report_t *)0)->path)];
+    int moves_to_serve, moves_to_train;
+};
+
+static bool guided(const serve_traj_spec_t *s)
+{
+    return s->label >= 0 && s->cfg != 1.0f;
+}
+
+/* ---- commands ------------------------------------------------------------------------------ */
+
+static tdl_status_t push(coord_t *c, coord_pending_t **out)
+{
+    if (c->ncmds == c->cmdcap) {
+        size_t cap = c->cmdcap ? 2 * c->cmdcap : 16;
+        coord_pending_t *more = tdl_realloc(c->cmds, cap * sizeof(*more));
+        if (!more)
+            return tdl_error_raise(TDL_ERR_NOMEM, "coordinator: out of memory for commands");
+        c->cmds = more, c->cmdcap = cap;
+    }
+    *out = &c->cmds[c->ncmds++];
+    memset(*out, 0, sizeof(**out));
+    return TDL_OK;
+}
+
+/* n ints into the pool; *at: where they start */
+static tdl_status_t pool_put(coord_t *c, const int *v, int n, int add, size_t *at)
+{
+    if (c->npool + (size_t)n > c->poolcap) {
+        size_t cap = TDL_MAX(2 * c->poolcap, c->npool + (size_t)n + 64);
+        int *more = tdl_realloc(c->pool, cap * sizeof(*more));
+        if (!more)
+            return tdl_error_raise(TDL_ERR_NOMEM, "coordinator: out of memory for rank lists");
+        c->pool = more, c->poolcap = cap;
+    }
+    *at = c->npool;
+    for (int i = 0; i < n; i++)
+        c->pool[c->npool++] = v[i] + add;
+    return TDL_OK;
+}
+
+const coord_cmd_t *coord_command_next(coord_t *c)
+{
+    if (c->head == c->ncmds && c->answers_head < c->nanswers) {
+        const coord_req_t *r = &c->reqs[c->answers[c->answers_head]];
+        c->out = (coord_cmd_t){.kind = COORD_CMD_ANSWER,
+                               .request = c->answers[c->answers_head++],
+                               .handle = r->handle,
+                               .ok = r->ok,
+                               .late = r->late,
+                               .arrival_s = r->arrival_s,
+                               .finish_s = r->finish_s,
+                               .result = r->result,
+                               .result_len = r->result_len,
+                               .why = r->why};
+        return &c->out;
+    }
+    if (c->head == c->ncmds) {
+        c->head = c->ncmds = c->npool = 0;
+        c->answers_head = c->nanswers = 0;
+        return NULL;
+    }
+    coord_pending_t *p = &c->cmds[c->head++];
+    c->out = p->cmd;
+    if (c->out.kind == COORD_CMD_TASK) {
+        c->out.spec = &c->reqs[c->out.request].spec;
+        c->out.task.ranks = c->pool + p->ranks_at;
+        c->out.task.prev = c->out.task.nprev ? c->pool + p->prev_at : NULL;
+    }
+    c->out.why = c->out.path = p->text;
+    return &c->out;
+}
+
+/* A request finished: its answer waits in the request, and its number in `answers` (grown with
+ * the requests), so that an answer never fails for want of memory. */
+static void answer(coord_t *c, uint64_t id, double now, bool ok, void *result, size_t len,
+                   const char *why)
+{
+    coord_req_t *r = &c->reqs[id];
+    r->ok = ok, r->finish_s = now, r->result = result, r->result_len = len;
+    r->late = r->deadline_s > 0 && now > r->deadline_s + 1e-9;
+    snprintf(r->why, sizeof(r->why), "%s", why ? why : "");
+    c->answers[c->nanswers++] = id;
+    ok ? c->stats.done++ : c->stats.failed++;
+    c->stats.late += r->late;
+}
+
+static tdl_status_t send_members(coord_t *c, int worker, coord_cmd_kind_t kind,
+                                 const serve_wire_members_t *m)
+{
+    coord_pending_t *p;
+    tdl_status_t st = push(c, &p);
+    if (st == TDL_OK)
+        p->cmd = (coord_cmd_t){.kind = kind, .worker = worker, .members = *m};
+    return st;
+}
+
+/* The scheduler starts a task: a TASK command to its ranks (the policy's rank k is world
+ * rank k + 1). */
+static tdl_status_t on_start(void *user, const coord_sched_task_t *t)
+{
+    coord_t *c = user;
+    coord_req_t *r = &c->reqs[t->id];
+    coord_pending_t *p = NULL;
+    size_t ranks_at = 0, prev_at = 0;
+    tdl_status_t st = pool_put(c, t->ranks, t->degree, 1, &ranks_at);
+    if (st == TDL_OK)
+        st = pool_put(c, t->prev, t->nprev, 1, &prev_at);
+    if (st == TDL_OK)
+        st = push(c, &p);
+    if (st != TDL_OK)
+        return st;
+    serve_task_kind_t kind = t->task == COORD_POLICY_TASK_PREPARE      ? SERVE_TASK_PREPARE
+                             : t->task == COORD_POLICY_TASK_STEP_CHUNK ? SERVE_TASK_STEP_CHUNK
+                                                                       : SERVE_TASK_DECODE;
+    p->cmd = (coord_cmd_t){
+        .kind = COORD_CMD_TASK,
+        .request = t->id,
+        .handle = r->handle,
+        .task = {.kind = kind,
+                 .steps = t->steps,
+                 .nranks = t->degree,
+                 .nprev = t->nprev,
+                 .move = t->move,
+                 .cfg_parallel = c->cfg.cfg_parallel && guided(&r->spec) && t->degree % 2 == 0,
+                 .seq = r->next_seq++},
+        .estimate_s = t->estimate_s};
+    p->ranks_at = ranks_at, p->prev_at = prev_at;
+    r->kind = kind, r->first = t->ranks[0] + 1, r->last = t->ranks[t->degree - 1] + 1;
+    TDL_DEBUG("request %llu: %s%s on ranks %d..%d (%d), estimate %.4f s",
+              (unsigned long long)r->spec.id, serve_task_name(kind), t->move ? " (moved)" : "",
+              r->first, r->last, t->degree, t->estimate_s);
+    return TDL_OK;
+}
+
+/* ---- life ------------------------------------------------------------------------------------ */
+
+void coord_cost_trim(coord_cost_model_t *cost, int num_heads, int hidden, int executors,
+                     int max_degree)
+{
+    for (int k = 0; k < COORD_COST_NSTAGES; k++) {
+        int kept = 0;
+        for (int i = 0; i < cost->nfits[k]; i++) {
+            int p = cost->fits[k][i].degree;
+            if (p <= executors && p <= max_degree && num_heads % p == 0 && hidden % p == 0)
+                cost->fits[k][kept++] = cost->fits[k][i];
+        }
+        cost->nfits[k] = kept;
+    }
+}
+
+tdl_status_t coord_create(const coord_config_t *cfg, coord_t **out)
+{
+    if (!cfg || !cfg->cost || !cfg->policy || cfg->workers < 1 || cfg->chunk < 1)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "coordinator: need workers >= 1, chunk >= 1, "
+                                                    "a cost model and a policy");
+    if (cfg->realloc && cfg->workers > SERVE_WIRE_MAX_WORKERS)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "coordinator: co-location takes at most %d "
+                               "workers, not %d", SERVE_WIRE_MAX_WORKERS, cfg->workers);
+    coord_t *c = tdl_calloc(1, sizeof(*c));
+    if (!c)
+        return tdl_error_raise(TDL_ERR_NOMEM, "coordinator: out of memory");
+    c->cfg = *cfg;
+    c->cost = *cfg->cost;
+    c->cfg.cost = &c->cost;
+    if (c->cfg.admit_max <= 0)
+        c->cfg.admit_max = TDL_MAX(16, 4 * cfg->workers);
+    coord_sched_config_t sc = {.ranks = cfg->workers,
+                               .chunk = cfg->chunk,
+                               .max_degree = cfg->max_degree,
+                               .cost = &c->cost,
+                               .policy = cfg->policy,
+                               .start = on_start,
+                               .user = c};
+    tdl_status_t st = coord_sched_create(&sc, &c->sched);
+    for (int w = 1; w <= SERVE_WIRE_MAX_WORKERS && w <= cfg->workers; w++)
+        c->role[w] = cfg->realloc ? ROLE_TRAIN : ROLE_SERVE;
+    if (st == TDL_OK && cfg->realloc) { /* everyone trains at first */
+        c->m = (serve_wire_members_t){.n = (uint32_t)cfg->workers, .root = 1};
+        for (int w = 1; st == TDL_OK && w <= cfg->workers; w++) {
+            c->m.ranks[w - 1] = (uint16_t)w;
+            st = coord_sched_set_available(c->sched, w - 1, false);
+        }
+        if (st == TDL_OK)
+            st = cfg->realloc->create(&cfg->realloc_opts, &c->pstate);
+    }
+    if (st != TDL_OK) {
+        coord_free(c);
+        return st;
+    }
+    *out = c;
+    return TDL_OK;
+}
+
+void coord_free(coord_t *c)
+{
+    if (!c)
+        return;
+    if (c->pstate)
+        c->cfg.realloc->destroy(c->pstate);
+    coord_sched_free(c->sched);
+    free(c->reqs);
+    free(c->answers);
+    free(c->cmds);
+    free(c->pool);
+    free(c);
+}
+
+/* ---- serving --------------------------------------------------------------------------------- */
+
+void coord_sched_request_of(const serve_request_params_t *p, double now,
+                            coord_sched_request_t *out)
+{
+    bool g = p->label >= 0 && (float)p->cfg != 1.0f;
+    *out = (coord_sched_request_t){
+        .resolution = p->resolution,
+        .n = p->n * (g ? 2 : 1),
+        .steps = p->steps,
+        .step_evals = p->sampler == DIT_SAMPLER_HEUN ? 2 : 1,
+        .deadline_s = p->deadline_ms > 0 ? now + (double)p->deadline_ms / 1e3 : 0,
+        .priority = p->priority};
+}
+
+bool coord_admits(const coord_t *c)
+{
+    return coord_sched_live(c->sched) < c->cfg.admit_max;
+}
+
+tdl_status_t coord_request_arrive(coord_t *c, double now, const serve_request_params_t *p,
+                                  void *handle)
+{
+    if (c->nreqs == c->cap) {
+        size_t cap = c->cap ? 2 * c->cap : 64;
+        uint64_t *ans = tdl_realloc(c->answers, cap * sizeof(*ans));
+        if (ans)
+            c->answers = ans;
+        coord_req_t *more = ans ? tdl_realloc(c->reqs, cap * sizeof(*more)) : NULL;
+        if (!more)
+            return tdl_error_raise(TDL_ERR_NOMEM, "coordinator: out of memory for requests");
+        c->reqs = more, c->cap = cap;
+    }
+    coord_req_t *r = &c->reqs[c->nreqs];
+    coord_sched_request_t sr;
+    coord_sched_request_of(p, now, &sr);
+    *r = (coord_req_t){.handle = handle, .arrival_s = now, .deadline_s = sr.deadline_s};
+    r->spec = (serve_traj_spec_t){.id = c->nreqs + 1,
+                                  .seed = p->seed,
+                                  .n = p->n,
+                                  .res = p->resolution,
+                                  .steps = p->steps,
+                                  .label = p->label,
+                                  /* unconditional: guidance would mix two equal halves */
+                                  .cfg = p->label < 0 ? 1.0f : (float)p->cfg,
+                                  .sampler = (int)p->sampler,
+                                  .priority = p->priority,
+                                  .deadline_ms = (double)p->deadline_ms};
+    uint64_t id = UINT64_MAX;
+    c->nreqs++;
+    tdl_status_t st = coord_sched_arrive(c->sched, now, &sr, &id);
+    if (id == UINT64_MAX) /* the scheduler did not take it */
+        c->nreqs--;
+    else
+        c->stats.arrived++;
+    return st;
+}
+
+tdl_status_t coord_task_finished(coord_t *c, double now, uint64_t request, bool ok, void *result,
+                                 size_t result_len)
+{
+    if (request >= c->nreqs)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "coordinator: no request %llu finished a "
+                               "task", (unsigned long long)request);
+    coord_req_t *r = &c->reqs[request];
+    if (!ok) {
+        char why[SERVE_ERROR_MAX];
+        snprintf(why, sizeof(why), "its %s task failed on executor ranks %d..%d (see their log)",
+                 serve_task_name(r->kind), r->first, r->last);
+        answer(c, request, now, false, NULL, 0, why);
+        return coord_sched_failed(c->sched, now, request);
+    }
+    bool last = false;
+    tdl_status_t st = coord_sched_finished(c->sched, now, request, &last);
+    if (last)
+        answer(c, request, now, true, result, result_len, NULL);
+    return st;
+}
+
+int coord_shutdown(coord_t *c, double now, const char *why)
+{
+    uint64_t ids[64];
+    int n, total = 0;
+    while ((n = coord_sched_drop_waiting(c->sched, ids, (int)TDL_ARRAY_SIZE(ids))) > 0)
+        for (int i = 0; i < n; i++, total++)
+            answer(c, ids[i], now, false, NULL, 0, why);
+    return total;
+}
+
+double coord_backlog_s(const coord_t *c, double now, int queued)
+{
+    int live = coord_sched_live(c->sched);
+    double sum = coord_sched_backlog_s(c->sched, now, NULL);
+    /* a request still in the queue counts as the average live one, or a small one */
+    double each = live ? sum / live
+                       : coord_policy_single_rank_s(&c->cost, 32, 1, 2.0 * 20 /* 20 Heun steps */);
+    return sum + queued * each;
+}
+
+/* ---- co-location ------------------------------------------------------------------------------ */
+
+/* Moves ranks toward `target` serving ones: one resize at a time. */
+static tdl_status_t reallocate(coord_t *c, int serving, int target, double now)
+{
+    serve_wire_members_t next = c->m;
+    next.epoch++;
+    int leader = c->m.ranks[0];
+    next.root = leader;
+    int moved = 0;
+    if (target > serving) { /* the last members leave; the leader stays */
+        while (serving + moved < target && next.n > 1) {
+            int r = next.ranks[--next.n];
+            c->role[r] = ROLE_TO_SERVE;
+            c->moved[r] = true;
+            moved++;
+        }
+        if (!moved)
+            return TDL_OK;
+        c->pending = moved;
+        c->moves_to_serve += moved;
+    } else {
+        /* idle serving ranks that hold no request's state join training */
+        for (int w = c->cfg.workers; w >= 1 && serving - moved > target; w--) {
+            if (c->role[w] != ROLE_SERVE || coord_sched_rank_in_use(c->sched, w - 1))
+                continue;
+            tdl_status_t st = coord_sched_set_available(c->sched, w - 1, false);
+            if (st != TDL_OK)
+                return st;
+            c->role[w] = ROLE_TO_TRAIN;
+            /* keep the list sorted: the state holder is named by root, not by position */
+            int i = (int)next.n++;
+            while (i > 0 && next.ranks[i - 1] > w) {
+                next.ranks[i] = next.ranks[i - 1];
+                i--;
+            }
+            next.ranks[i] = (uint16_t)w;
+            moved++;
+        }
+        if (!moved)
+            return TDL_OK;
+        c->pending = moved;
+        c->moves_to_train += moved;
+        for (uint32_t i = 0; i < next.n; i++)
+            if (c->role[next.ranks[i]] == ROLE_TO_TRAIN) {
+                tdl_status_t st = send_members(c, next.ranks[i], COORD_CMD_JOIN, &next);
+                if (st != TDL_OK)
+                    return st;
+            }
+    }
+    TDL_INFO("realloc: %d serving -> %d (%d training)", serving, target, (int)next.n);
+    c->decided_at = now;
+    c->decided_after_start = c->seen_step && c->step_ms > 0;
+    /* the target: at most the training step under way plus 10 ms (a leaving rank is in that
+     * step's all-reduce, so it can leave at its end and no sooner); also kept against the step
+     * before the decision, which a step slowed by the burst itself overruns */
+    c->budget_ms = c->step_ms + 10;
+    c->flight_start = c->last_step_at;
+    c->flight_open = target > serving;
+    c->flight_first = c->nmoves;
+    c->m = next;
+    return send_members(c, leader, COORD_CMD_RESIZE, &next);
+}
+
+static tdl_status_t rank_left(coord_t *c, int w, double now)
+{
+    TDL_INFO("rank %d serves, %.1f ms after the decision", w, (now - c->decided_at) * 1e3);
+    c->role[w] = ROLE_SERVE;
+    c->pending--;
+    /* moves decided while the workers were still starting up say nothing of a step */
+    if (c->nmoves < COORD_MAX_MOVES && c->moved[w] && c->decided_after_start) {
+        int k = c->nmoves++;
+        c->move_ms[k] = (now - c->decided_at) * 1e3;
+        c->over_prev[k] = c->move_ms[k] / c->budget_ms;
+        /* until the step under way reports (it normally has by now) */
+        c->over_budget[k] =
+            c->flight_open ? NAN
+                           : c->move_ms[k] / ((c->last_step_at - c->flight_start) * 1e3 + 10);
+    }
+    c->moved[w] = false;
+    tdl_status_t st = coord_sched_set_available(c->sched, w - 1, true);
+    return st == TDL_OK ? coord_sched_kick(c->sched, now) : st;
+}
+
+tdl_status_t coord_report(coord_t *c, double now, int w, const serve_wire_report_t *r)
+{
+    if (!c->cfg.realloc || w < 1 || w > c->cfg.workers)
+        return tdl_error_raise(TDL_ERR_CORRUPT, "rank %d sent a report of kind %u %s", w,
+                               r->kind, c->cfg.realloc ? "(no such worker)" : "(nothing trains)");
+    switch (r->kind) {
+    case SERVE_REPORT_STEP:
+        if (!c->seen_step)
+            c->first_step = r->step - 1, c->seen_step = true;
+        else
+            c->step_ms = (now - c->last_step_at) * 1e3;
+        c->last_step_at = now;
+        if (c->flight_open) {
+            /* the step the resize waited for has ended: its moves' budget is known */
+            c->flight_open = false;
+            double budget = (now - c->flight_start) * 1e3 + 10;
+            for (int k = c->flight_first; k < c->nmoves; k++)
+                c->over_budget[k] = c->move_ms[k] / budget;
+        }
+        c->step = r->step, c->loss = r->loss;
+        return TDL_OK;
+    case SERVE_REPORT_RESUMED:
+        if (!c->seen_step)
+            c->step = c->first_step = r->step;
+        if (!c->latest[0])
+            snprintf(c->latest, sizeof(c->latest), "%.*s", (int)sizeof(r->path) - 1, r->path);
+        return TDL_OK;
+    case SERVE_REPORT_CKPT:
+        snprintf(c->latest, sizeof(c->latest), "%.*s", (int)sizeof(r->path) - 1, r->path);
+        /* serving ranks reload it between their tasks */
+        for (int k = 1; k <= c->cfg.workers && !c->cfg.fixed_weights; k++)
+            if (c->role[k] == ROLE_SERVE) {
+                coord_pending_t *p;
+                tdl_status_t st = push(c, &p);
+                if (st != TDL_OK)
+                    return st;
+                p->cmd = (coord_cmd_t){.kind = COORD_CMD_RELOAD, .worker = k};
+                snprintf(p->text, sizeof(p->text), "%s", c->latest);
+            }
+        return TDL_OK;
+    case SERVE_REPORT_DONE:
+        c->done = true;
+        c->step = TDL_MAX(c->step, r->step);
+        for (int k = 1; k <= c->cfg.workers; k++)
+            if (c->role[k] == ROLE_TRAIN) {
+                c->role[k] = ROLE_TO_SERVE;
+                c->pending++;
+            }
+        return TDL_OK;
+    case SERVE_REPORT_LEFT:
+        return rank_left(c, w, now);
+    case SERVE_REPORT_JOINED:
+        c->role[w] = ROLE_TRAIN;
+        c->pending--;
+        return TDL_OK;
+    case SERVE_REPORT_ERROR:
+        return tdl_error_raise(TDL_ERR_PEER, "rank %d failed: %.*s", w, (int)sizeof(r->path) - 1,
+                               r->path);
+    default:
+        return tdl_error_raise(TDL_ERR_CORRUPT, "rank %d sent a report of kind %u", w, r->kind);
+    }
+}
+
+tdl_status_t coord_tick(coord_t *c, double now, int queued)
+{
+    int live = coord_sched_live(c->sched), running = coord_sched_running(c->sched);
+    if (!c->cfg.realloc) {
+        if (live > 0 && running == 0)
+            return tdl_error_raise(TDL_ERR_INTERNAL,
+                                   "policy %s leaves %d requests waiting with every executor idle",
+                                   coord_sched_policy_name(c->sched), live);
+        return TDL_OK;
+    }
+    if (c->pending > 0 || now - c->last_decide < 0.02 || c->done)
+        return TDL_OK;
+    c->last_decide = now;
+    int serving = 0;
+    for (int k = 1; k <= c->cfg.workers; k++)
+        serving += c->role[k] == ROLE_SERVE || c->role[k] == ROLE_TO_SERVE;
+    int at_risk = 0;
+    coord_sched_backlog_s(c->sched, now, &at_risk);
+    coord_realloc_view_t v = {.now = now,
+                              .workers = c->cfg.workers,
+                              .serving = serving,
+                              .min_train = c->cfg.min_train,
+                              .min_serve = c->cfg.min_serve,
+                              .training = true,
+                              .waiting = queued + live - running,
+                              .running = running,
+                              .backlog_s = coord_backlog_s(c, now, queued),
+                              .at_risk = at_risk};
+    int target = c->cfg.realloc->decide(c->pstate, &v);
+    return target == serving ? TDL_OK : reallocate(c, serving, target, now);
+}
+
+/* ---- queries --------------------------------------------------------------------------------- */
+
+int coord_live(const coord_t *c)
+{
+    return coord_sched_live(c->sched);
+}
+
+int coord_running(const coord_t *c)
+{
+    return coord_sched_running(c->sched);
+}
+
+void coord_roles(const coord_t *c, int ranks[SERVE_ROLE_COUNT])
+{
+    int serve = 0, train = 0;
+    for (int w = 1; w <= c->cfg.workers && w <= SERVE_WIRE_MAX_WORKERS; w++) {
+        serve += c->role[w] == ROLE_SERVE;
+        train += c->role[w] == ROLE_TRAIN;
+    }
+    if (c->cfg.workers > SERVE_WIRE_MAX_WORKERS) /* plain serving, beyond the role table */
+        serve = c->cfg.workers;
+    ranks[SERVE_ROLE_COORDINATOR] = 1;
+    ranks[SERVE_ROLE_SERVING] = serve;
+    ranks[SERVE_ROLE_TRAINING] = train;
+    ranks[SERVE_ROLE_IDLE] = c->cfg.workers - serve - train;
+}
+
+void coord_training_get(const coord_t *c, coord_training_t *out)
+{
+    int ranks[SERVE_ROLE_COUNT];
+    coord_roles(c, ranks);
+    *out = (coord_training_t){.colocated = c->cfg.realloc != NULL,
+                              .done = c->done,
+                              .seen_step = c->seen_step,
+                              .step = c->step,
+                              .first_step = c->first_step,
+                              .loss = c->loss,
+                              .latest = c->latest,
+                              .serving = ranks[SERVE_ROLE_SERVING],
+                              .training = ranks[SERVE_ROLE_TRAINING],
+                              .moves_to_serve = c->moves_to_serve,
+                              .moves_to_train = c->moves_to_train};
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+void coord_move_stats_get(coord_t *c, coord_move_stats_t *out)
+{
+    /* moves whose step never reported (training ended under them): the step before */
+    for (int k = 0; k < c->nmoves; k++)
+        if (isnan(c->over_budget[k]))
+            c->over_budget[k] = c->over_prev[k];
+    qsort(c->move_ms, (size_t)c->nmoves, sizeof(double), cmp_double);
+    qsort(c->over_budget, (size_t)c->nmoves, sizeof(double), cmp_double);
+    qsort(c->over_prev, (size_t)c->nmoves, sizeof(double), cmp_double);
+    c->flight_first = c->nmoves; /* sorted: no open flight may index them any more */
+    c->flight_open = false;
+    *out = (coord_move_stats_t){.n = c->nmoves,
+                                .ms = c->move_ms,
+                                .over_budget = c->over_budget,
+                                .over_prev = c->over_prev};
+}
+
+void coord_stats_get(const coord_t *c, coord_stats_t *out)
+{
+    coord_sched_stats_t k;
+    coord_sched_get_stats(c->sched, &k);
+    *out = c->stats;
+    out->tasks = k.tasks, out->migrations = k.migrations;
+    out->busy_rank_s = k.busy_rank_s, out->migration_s = k.migration_s;
+}
+
+const char *coord_policy_name(const coord_t *c)
+{
+    return coord_sched_policy_name(c->sched);
+}
+
+const char *coord_realloc_name(const coord_t *c)
+{
+    return c->cfg.realloc ? c->cfg.realloc->name : "none";
+}

@@ -1,0 +1,171 @@
+/* The coordinator core: every decision rank 0 makes, with no I/O of its own. Events go in (a
+ * request arrived, a task finished or failed, a worker's report, the time), commands come out
+ * (run a task, answer a request, resize training, send a rank to training, reload weights).
+ * It owns no socket, thread or clock: the caller passes its time, in seconds from the job's
+ * start. `tidal serve` and `tidal run` feed it from HTTP, traces and gfc (src/coord/rank0.c),
+ * `tidal sim` from simulated completions (src/coord/sim.c), so the simulator runs the job's
+ * decisions. doc/coordinator.md. */
+#ifndef TIDAL_COORD_COORD_H
+#define TIDAL_COORD_COORD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "coord/cost.h"
+#include "coord/policy.h"
+#include "coord/realloc.h"
+#include "coord/sched.h"
+#include "core/core.h"
+#include "serve/serve.h"
+
+/* ---- to move into serve/wire.h: the co-location messages ---------------------------------- */
+#define SERVE_WIRE_MAX_WORKERS 112
+/* Commands of co-location, after SERVE_OP_STOP in serve_ctl_msg_t's op */
+enum { SERVE_OP_RESIZE = 10, SERVE_OP_JOIN = 11, SERVE_OP_RELOAD = 12 };
+/* A training membership: the ranks in order (the first leads), and the rank whose state a
+ * group that grows starts from. */
+typedef struct serve_wire_members {
+    uint32_t epoch, n;
+    int32_t root;
+    uint16_t ranks[SERVE_WIRE_MAX_WORKERS];
+} serve_wire_members_t;
+typedef enum {
+    SERVE_REPORT_STEP = 1, /* training's leader: a step done (step, loss, members) */
+    SERVE_REPORT_LEFT,     /* this rank left training and serves */
+    SERVE_REPORT_JOINED,   /* this rank trains in the new membership */
+    SERVE_REPORT_CKPT,     /* the leader wrote checkpoint `path` at `step` */
+    SERVE_REPORT_DONE,     /* training ran its last step */
+    SERVE_REPORT_ERROR,    /* this rank failed: `path` says why */
+    SERVE_REPORT_RESUMED   /* training resumed `path` at `step` */
+} serve_report_kind_t;
+/* A worker's report to rank 0. */
+typedef struct serve_wire_report {
+    uint32_t kind;
+    int32_t rank, members, pad;
+    int64_t step;
+    double loss;
+    char path[200];
+} serve_wire_report_t;
+
+typedef struct coord_config {
+    int workers;  /* world ranks 1 .. workers run tasks (and train, when co-located) */
+    int chunk;    /* denoising steps per STEP_CHUNK */
+    int max_degree; /* widest placement (0: SERVE_MAX_DEGREE) */
+    const coord_cost_model_t *cost; /* copied */
+    const coord_policy_ops_t *policy;
+    bool cfg_parallel; /* even groups run a guided request's two halves at once */
+    int admit_max;     /* requests the policy sees at once (0: max(16, 4 x workers)) */
+    /* co-location: NULL realloc serves on every worker; otherwise every worker trains at
+     * first and the policy decides how many serve */
+    const coord_realloc_ops_t *realloc;
+    coord_realloc_opts_t realloc_opts;
+    int min_train, min_serve;
+    bool fixed_weights; /* serving keeps its weights: checkpoints are not reloaded */
+} coord_config_t;
+
+typedef enum {
+    COORD_CMD_TASK = 0, /* run a task of a request on executor ranks */
+    COORD_CMD_ANSWER,   /* a request finished: done (with the result) or failed (why) */
+    COORD_CMD_RESIZE,   /* to training's leader: the membership after the current step */
+    COORD_CMD_JOIN,     /* to a serving worker: join training with this membership */
+    COORD_CMD_RELOAD    /* to a serving worker: serve the weights of this checkpoint */
+} coord_cmd_kind_t;
+
+/* A command; pointers in it stay valid until the next coord_command_next. */
+typedef struct coord_cmd {
+    coord_cmd_kind_t kind;
+    uint64_t request; /* TASK, ANSWER: the request's number (0, 1, ... in order of arrival) */
+    void *handle;     /* TASK, ANSWER: the caller's handle, as it gave it at arrival */
+    int worker;       /* RESIZE, JOIN, RELOAD: the world rank it goes to */
+    /* TASK: the request, and the task as executors take it (world ranks) */
+    const serve_traj_spec_t *spec;
+    serve_task_cmd_t task;
+    double estimate_s; /* the cost model's duration, a move of state included */
+    /* ANSWER */
+    bool ok, late;      /* late: it finished after its deadline */
+    double arrival_s, finish_s;
+    void *result;       /* what coord_task_finished passed with the DECODE (the PNG) */
+    size_t result_len;
+    const char *why;    /* of a failure */
+    /* RESIZE, JOIN */
+    serve_wire_members_t members;
+    /* RELOAD */
+    const char *path;
+} coord_cmd_t;
+
+/* What the coordinator knows of training. */
+typedef struct coord_training {
+    bool colocated;     /* workers train */
+    bool done;          /* training has run its last step */
+    bool seen_step;     /* a step has been reported in this job */
+    int64_t step, first_step; /* the last step reported; where this job began (a resume) */
+    double loss;        /* of the last step */
+    const char *latest; /* the last checkpoint ("" before one) */
+    int serving, training; /* ranks in each role now (moving ones excluded) */
+    int moves_to_serve, moves_to_train;
+} coord_training_t;
+
+/* Moves to serving, timed from the decision to the rank's report that it serves. */
+typedef struct coord_move_stats {
+    int n;
+    const double *ms;          /* n move times, sorted */
+    const double *over_budget; /* each over (the training step it waited for + 10 ms), sorted */
+    const double *over_prev;   /* each over (the step before the decision + 10 ms), sorted */
+} coord_move_stats_t;
+
+typedef struct coord_stats {
+    uint64_t arrived, done, failed, late;
+    long tasks, migrations;
+    double busy_rank_s, migration_s;
+} coord_stats_t;
+
+typedef struct coord coord_t;
+
+tdl_status_t coord_create(const coord_config_t *cfg, coord_t **out);
+void coord_free(coord_t *c);
+
+/* ---- events ----------------------------------------------------------------------------- */
+
+/* Whether the policy takes another request now (the rest wait in the caller's queue). */
+bool coord_admits(const coord_t *c);
+/* A request arrives, as serve validated it (id and seed filled in). handle: the caller's. */
+tdl_status_t coord_request_arrive(coord_t *c, double now, const serve_request_params_t *p,
+                                  void *handle);
+/* The running task of `request` ended: ok, or failed. result/result_len: the DECODE's PNG,
+ * handed on in the ANSWER (the coordinator never frees it). */
+tdl_status_t coord_task_finished(coord_t *c, double now, uint64_t request, bool ok, void *result,
+                                 size_t result_len);
+/* A report of worker `worker` (world rank). A worker's error report is TDL_ERR_PEER naming it. */
+tdl_status_t coord_report(coord_t *c, double now, int worker, const serve_wire_report_t *r);
+/* The time passes: reallocation decisions; `queued`: requests waiting in the caller's queue.
+ * Plain serving: TDL_ERR_INTERNAL when the policy leaves requests waiting on idle executors. */
+tdl_status_t coord_tick(coord_t *c, double now, int queued);
+/* The job stops: requests no task of which has started fail with `why` (ANSWER commands);
+ * started ones run to their end. Answers how many failed. */
+int coord_shutdown(coord_t *c, double now, const char *why);
+
+/* ---- commands and queries ----------------------------------------------------------------- */
+
+/* The next command, in the order decided; NULL when there is none. */
+const coord_cmd_t *coord_command_next(coord_t *c);
+int coord_live(const coord_t *c);    /* requests arrived and not finished */
+int coord_running(const coord_t *c); /* tasks running */
+/* Single-rank seconds of the work left: the live requests' and `queued` more of average size. */
+double coord_backlog_s(const coord_t *c, double now, int queued);
+/* Ranks per role, for the queue's gauge (rank 0 coordinates). */
+void coord_roles(const coord_t *c, int ranks[SERVE_ROLE_COUNT]);
+void coord_training_get(const coord_t *c, coord_training_t *out);
+void coord_move_stats_get(coord_t *c, coord_move_stats_t *out);
+void coord_stats_get(const coord_t *c, coord_stats_t *out);
+const char *coord_policy_name(const coord_t *c);
+const char *coord_realloc_name(const coord_t *c);
+
+/* The cost model's degrees that a model of num_heads heads and width hidden can run on
+ * `executors` ranks (at most max_degree wide). */
+void coord_cost_trim(coord_cost_model_t *cost, int num_heads, int hidden, int executors,
+                     int max_degree);
+/* What the scheduler sees of a request: the one conversion the job and the simulator share. */
+void coord_sched_request_of(const serve_request_params_t *p, double now,
+                            coord_sched_request_t *out);
+
+#endif /* TIDAL_COORD_COORD_H */

@@ -1,0 +1,490 @@
+/* Rank 0 of `tidal serve` and `tidal run` (job.h): requests from HTTP and a trace go into the
+ * coordinator core; its commands go to the executors over gfc (serve_dispatcher_*) and its
+ * answers back to the request queue. Alone (no executors), rank 0 samples each request itself,
+ * first come first served. */
+#include "config.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "coord/job.h"
+
+/* ---- the trace replay thread ----------------------------------------------------------------- */
+
+typedef struct trace_run {
+    serve_trace_t trace;
+    serve_queue_t *queue;
+    double t0;
+    pthread_t thread;
+    bool started;
+    int stop;     /* atomic: the main thread asks the replay to end */
+    int finished; /* atomic: every entry was submitted (or refused) */
+    size_t submitted, rejected;
+} trace_run_t;
+
+static void *trace_main(void *arg)
+{
+    trace_run_t *tr = arg;
+    for (size_t i = 0; i < tr->trace.count; i++) {
+        const serve_trace_entry_t *e = &tr->trace.entries[i];
+        for (;;) {
+            if (__atomic_load_n(&tr->stop, __ATOMIC_ACQUIRE))
+                goto out;
+            double left = tr->t0 + (double)e->at_ms * 1e-3 - tdl_clock_s();
+            if (left <= 0)
+                break;
+            usleep((useconds_t)(TDL_MIN(left, 0.05) * 1e6));
+        }
+        char id[SERVE_ID_MAX + 1];
+        tdl_status_t st = serve_queue_submit(tr->queue, &e->params, SERVE_SOURCE_TRACE, id);
+        if (st == TDL_OK) {
+            tr->submitted++;
+            TDL_DEBUG("trace line %ld: request %s at %lld ms", e->line, id, (long long)e->at_ms);
+        } else {
+            if (st == TDL_ERR_MISMATCH) /* the queue did not count it */
+                serve_queue_count_rejected(tr->queue, SERVE_SOURCE_TRACE);
+            tr->rejected++;
+            TDL_WARN("trace line %ld: refused: %s", e->line, tdl_error_get());
+        }
+    }
+out:
+    __atomic_store_n(&tr->finished, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* ---- alone: sampling one request on rank 0 ---------------------------------------------------- */
+
+static void run_job(dit_model_t *m, serve_queue_t *q, serve_job_t *job)
+{
+    const serve_request_params_t *p = serve_job_params(job);
+    const dit_config_t *c = &m->config;
+    int n = p->n, res = p->resolution;
+    /* an unconditional request gains nothing from guidance: both halves would be the same */
+    dit_sample_opts_t o = {.kind = p->sampler,
+                           .steps = p->steps,
+                           .cfg_scale = p->label < 0 ? 1.0f : (float)p->cfg,
+                           .seed = p->seed};
+    int *labels = malloc((size_t)n * sizeof(int));
+    float *img = malloc((size_t)n * c->in_channels * res * res * sizeof(float));
+    unsigned char *png = NULL;
+    size_t len = 0;
+    double t0 = tdl_clock_s();
+    tdl_status_t st = TDL_OK;
+    if (!labels || !img)
+        st = tdl_error_raise(TDL_ERR_NOMEM, "out of memory for %d images of %d", n, res);
+    for (int i = 0; st == TDL_OK && i < n; i++)
+        labels[i] = p->label;
+    if (st == TDL_OK)
+        st = dit_sample(m, labels, n, res, res, &o, img);
+    if (st == TDL_OK) {
+        int cols = 1;
+        while (cols * cols < n)
+            cols++;
+        st = serve_png_encode(img, n, c->in_channels, res, res, cols, n > 1 ? 2 : 0, &png, &len);
+    }
+    free(labels), free(img);
+    if (st == TDL_OK) {
+        TDL_INFO("request %s: %d image(s) of %d, label %d, %d steps, cfg %.2f, seed %llu: %.3f s",
+                 p->id, n, res, p->label, p->steps, o.cfg_scale, (unsigned long long)p->seed,
+                 tdl_clock_s() - t0);
+        serve_job_done(q, job, png, len);
+    } else {
+        char why[SERVE_ERROR_MAX];
+        snprintf(why, sizeof(why), "sampling failed: %s", tdl_error_get());
+        TDL_WARN("request %s: %s", p->id, why);
+        serve_job_fail(q, job, why);
+    }
+}
+
+/* ---- rank 0 with executors: the coordinator's edges ------------------------------------------- */
+
+typedef struct rank0 {
+    coord_t *co;
+    serve_dispatcher_t *d;
+    serve_queue_t *q;
+    coord_colocate_t *coloc;
+    FILE *log;
+    double t0;
+} rank0_t;
+
+static double now_of(const rank0_t *r)
+{
+    return tdl_clock_s() - r->t0;
+}
+
+static void log_answer(rank0_t *r, const coord_cmd_t *cmd)
+{
+    const serve_request_params_t *p = serve_job_params(cmd->handle);
+    if (cmd->ok)
+        TDL_INFO("request %s: done, %.3f s after it arrived", p->id,
+                 cmd->finish_s - cmd->arrival_s);
+    if (!r->log)
+        return;
+    fprintf(r->log,
+            "{\"seq\": %llu, \"id\": \"%s\", \"resolution\": %d, \"arrival_s\": %.6f, "
+            "\"finish_s\": %.6f, \"latency_s\": %.6f, \"ok\": %s}\n",
+            (unsigned long long)cmd->request, p->id, p->resolution, cmd->arrival_s, cmd->finish_s,
+            cmd->finish_s - cmd->arrival_s, cmd->ok ? "true" : "false");
+    fflush(r->log);
+}
+
+static tdl_status_t send_ctl(rank0_t *r, int worker, uint32_t op, const void *data, size_t len)
+{
+    serve_ctl_msg_t msg = {.op = op, .len = (uint32_t)len};
+    if (len > sizeof(msg.data))
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "a command of %zu bytes for rank %d (at most "
+                               "%zu)", len, worker, sizeof(msg.data));
+    memcpy(msg.data, data, len);
+    return serve_dispatcher_send(r->d, worker, &msg);
+}
+
+/* Carries out what the coordinator decided, in its order. */
+static tdl_status_t take_commands(rank0_t *r)
+{
+    const coord_cmd_t *cmd;
+    tdl_status_t st = TDL_OK;
+    while ((cmd = coord_command_next(r->co))) {
+        tdl_status_t s = TDL_OK;
+        switch (cmd->kind) {
+        case COORD_CMD_TASK:
+            TDL_DEBUG("request %s: %s%s on ranks %d..%d (%d), estimate %.4f s",
+                      serve_job_params(cmd->handle)->id, serve_task_name(cmd->task.kind),
+                      cmd->task.move ? " (moved)" : "", cmd->task.ranks[0],
+                      cmd->task.ranks[cmd->task.nranks - 1], cmd->task.nranks, cmd->estimate_s);
+            s = serve_dispatch_task(r->d, cmd->spec, &cmd->task, (void *)(uintptr_t)cmd->request);
+            break;
+        case COORD_CMD_ANSWER:
+            log_answer(r, cmd);
+            if (cmd->ok)
+                serve_job_done(r->q, cmd->handle, cmd->result, cmd->result_len);
+            else
+                serve_job_fail(r->q, cmd->handle, cmd->why);
+            break;
+        case COORD_CMD_RESIZE:
+            s = send_ctl(r, cmd->worker, SERVE_OP_RESIZE, &cmd->members, sizeof(cmd->members));
+            break;
+        case COORD_CMD_JOIN:
+            s = send_ctl(r, cmd->worker, SERVE_OP_JOIN, &cmd->members, sizeof(cmd->members));
+            break;
+        case COORD_CMD_RELOAD:
+            s = send_ctl(r, cmd->worker, SERVE_OP_RELOAD, cmd->path, strlen(cmd->path));
+            break;
+        }
+        if (st == TDL_OK)
+            st = s;
+    }
+    return st;
+}
+
+/* Reported tasks and workers' reports into the coordinator; *nout: how many came. */
+static tdl_status_t collect(rank0_t *r, int *nout)
+{
+    serve_inflight_t fin[SERVE_MAX_DEGREE * 4];
+    int n = serve_dispatcher_poll(r->d, fin, (int)TDL_ARRAY_SIZE(fin));
+    tdl_status_t st = TDL_OK;
+    for (int i = 0; i < n; i++) {
+        bool ok = fin[i].status == TDL_OK;
+        if (!ok)
+            free(fin[i].png);
+        tdl_status_t s = coord_task_finished(r->co, now_of(r), (uintptr_t)fin[i].user, ok,
+                                             ok ? fin[i].png : NULL, ok ? fin[i].png_len : 0);
+        if (st == TDL_OK)
+            st = s;
+    }
+    if (st == TDL_OK)
+        st = take_commands(r);
+    serve_wire_report_t rep;
+    int w;
+    size_t len;
+    while (st == TDL_OK && r->coloc && serve_dispatcher_poll_status(r->d, &w, &rep, &len)) {
+        n++;
+        if (len != sizeof(rep)) {
+            st = tdl_error_raise(TDL_ERR_CORRUPT, "rank %d: a report of %zu bytes", w, len);
+            break;
+        }
+        coord_colocate_report(r->coloc, &rep);
+        if ((st = coord_report(r->co, now_of(r), w, &rep)) == TDL_OK)
+            st = take_commands(r);
+    }
+    *nout = n;
+    return st;
+}
+
+/* One turn of the loop: finished work in, waiting requests admitted, time's decisions. */
+static tdl_status_t turn(rank0_t *r, bool admit, int *nout)
+{
+    int got = 0, admitted = 0;
+    tdl_status_t st = collect(r, &got);
+    /* the policy sees up to a few requests per executor; the rest wait in the queue, which
+     * answers 503 when it is full */
+    serve_job_t *job;
+    while (st == TDL_OK && admit && coord_admits(r->co) && serve_queue_pop(r->q, 0, &job) == TDL_OK) {
+        if ((st = coord_request_arrive(r->co, now_of(r), serve_job_params(job), job)) == TDL_OK)
+            st = take_commands(r);
+        else
+            serve_job_fail(r->q, job, "the coordinator could not take it");
+        admitted++;
+    }
+    serve_stats_t s;
+    serve_queue_stats(r->q, &s);
+    if (st == TDL_OK && r->coloc)
+        coord_colocate_row(r->coloc, r->co, r->q, now_of(r), false);
+    if (st == TDL_OK && (st = coord_tick(r->co, now_of(r), s.queued)) == TDL_OK)
+        st = take_commands(r);
+    *nout = got + admitted;
+    return st;
+}
+
+static void print_latency(const char *what, serve_queue_t *q, serve_source_t src,
+                          const serve_counts_t *k, double elapsed)
+{
+    double *lat = NULL;
+    size_t nl = 0;
+    if (serve_queue_latencies(q, src, &lat, &nl) != TDL_OK)
+        nl = 0;
+    printf("tidal serve: %s: %llu requests, %llu done, %llu failed, %llu rejected in %.1f s "
+           "(%.2f done/s); latency p50 %.3f s, p95 %.3f s, p99 %.3f s; %llu SLO violations\n",
+           what, (unsigned long long)(k->submitted + k->rejected), (unsigned long long)k->done,
+           (unsigned long long)k->failed, (unsigned long long)k->rejected, elapsed,
+           elapsed > 0 ? (double)k->done / elapsed : 0.0, serve_quantile(lat, nl, 0.50),
+           serve_quantile(lat, nl, 0.95), serve_quantile(lat, nl, 0.99),
+           (unsigned long long)k->slo_violations);
+    free(lat);
+}
+
+/* The coordinator for `world - 1` executors, from the options and the model. */
+static tdl_status_t coordinator_create(const coord_rank0_opts_t *o, int world,
+                                       const dit_model_t *m, coord_t **out)
+{
+    coord_cost_model_t cost;
+    tdl_status_t st = TDL_OK;
+    if (o->cost)
+        st = coord_cost_model_load(o->cost, &cost);
+    else
+        coord_cost_model_default(&cost);
+    if (st != TDL_OK)
+        return st;
+    coord_cost_trim(&cost, m->config.num_heads, m->config.hidden_size, world - 1,
+                    SERVE_MAX_DEGREE);
+    const coord_colocate_opts_t *k = o->colocate;
+    coord_config_t cc = {.workers = world - 1,
+                         .chunk = o->chunk,
+                         .max_degree = SERVE_MAX_DEGREE,
+                         .cost = &cost,
+                         .policy = coord_policy_find(o->policy),
+                         .cfg_parallel = o->cfg_parallel,
+                         .realloc = k ? k->realloc : NULL,
+                         .realloc_opts = k ? k->realloc_opts : (coord_realloc_opts_t){0},
+                         .min_train = k ? k->min_train : 0,
+                         .min_serve = k ? k->min_serve : 0,
+                         .fixed_weights = k && k->fixed};
+    if (!cc.policy)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "unknown policy '%s': use one of %s",
+                               o->policy ? o->policy : "(none)", coord_policy_names());
+    return coord_create(&cc, out);
+}
+
+tdl_status_t coord_rank0_run(const coord_rank0_opts_t *o, int world, dit_model_t *m,
+                             serve_dispatcher_t *d, volatile sig_atomic_t *stop, bool *bad_input)
+{
+    const dit_config_t *c = &m->config;
+    serve_limits_t lim = {.num_classes = c->num_classes,
+                          .max_resolution = o->max_resolution,
+                          .default_resolution = 32,
+                          .default_steps = o->default_steps,
+                          .default_cfg = o->default_cfg};
+    int in = c->input_size;
+    if ((in == 32 || in == 64 || in == 128) && in <= o->max_resolution)
+        lim.default_resolution = in;
+
+    *bad_input = false;
+    rank0_t r = {.d = d};
+    serve_http_t *http = NULL;
+    trace_run_t tr;
+    memset(&tr, 0, sizeof(tr));
+    double elapsed = 0;
+    bool ok = false;
+    tdl_status_t st = TDL_OK;
+    if (o->trace && (st = serve_trace_load(o->trace, &lim, &tr.trace)) != TDL_OK) {
+        st = tdl_error_raise(st, "--trace: %s", tdl_error_get());
+        *bad_input = true;
+        goto out;
+    }
+    if ((st = serve_queue_create(o->queue_max, o->keep_results, &r.q)) != TDL_OK)
+        goto out;
+    if (d) {
+        if (o->request_log && !(r.log = fopen(o->request_log, "w"))) {
+            st = tdl_error_raise(TDL_ERR_IO, "--request-log %s: %s", o->request_log,
+                                 strerror(errno));
+            goto out;
+        }
+        if ((st = coordinator_create(o, world, m, &r.co)) != TDL_OK)
+            goto out;
+        if (o->colocate && (st = coord_colocate_open(o->colocate, world - 1, &r.coloc)) != TDL_OK)
+            goto out;
+        int ranks[SERVE_ROLE_COUNT];
+        coord_roles(r.co, ranks);
+        serve_queue_set_ranks(r.q, ranks);
+    } else { /* alone, rank 0 coordinates and serves */
+        int ranks[SERVE_ROLE_COUNT] = {[SERVE_ROLE_COORDINATOR] = 1, [SERVE_ROLE_SERVING] = 1};
+        serve_queue_set_ranks(r.q, ranks);
+    }
+    if (o->http_on) {
+        serve_http_opts_t ho = o->http;
+        ho.limits = lim;
+        if ((st = serve_http_start(&ho, r.q, &http)) != TDL_OK)
+            goto out;
+    }
+    printf("tidal serve: %s (%zu parameters, %d classes) from %s (%s weights), up to %dx%d, "
+           "queue of %d\n",
+           c->name, m->num_params, c->num_classes, o->ckpt ? o->ckpt : "the training run",
+           o->weights, o->max_resolution, o->max_resolution, o->queue_max);
+    if (http) {
+        /* the address as bound: the port chosen when it said 0 */
+        const char *listen = o->http.listen, *colon = strrchr(listen, ':');
+        printf("tidal serve: listening on http://%.*s:%d%s\n", (int)(colon - listen), listen,
+               serve_http_port(http),
+               o->http.token ? " (bearer token required)"
+                             : " (no token required: anyone who reaches this address may "
+                               "submit; set TIDAL_TOKEN to require one)");
+    }
+    if (o->trace)
+        printf("tidal serve: replaying %zu requests from %s%s\n", tr.trace.count, o->trace,
+               o->exit_after_trace ? ", exiting when they are done" : "");
+    fflush(stdout);
+
+    tr.queue = r.q;
+    r.t0 = tr.t0 = tdl_clock_s();
+    if (o->trace) {
+        if (pthread_create(&tr.thread, NULL, trace_main, &tr) != 0) {
+            st = tdl_error_raise(TDL_ERR_IO, "cannot start the trace thread");
+            goto out;
+        }
+        tr.started = true;
+    }
+    double last = r.t0;
+    uint64_t last_done = UINT64_MAX;
+    const char *why = "signal";
+    for (;;) {
+        if (*stop) {
+            why = *stop == SIGINT ? "SIGINT" : "SIGTERM";
+            break;
+        }
+        if (!d) {
+            serve_job_t *job;
+            if (serve_queue_pop(r.q, 200, &job) == TDL_OK)
+                run_job(m, r.q, job);
+        } else {
+            int got = 0;
+            if ((st = turn(&r, true, &got)) != TDL_OK)
+                goto out;
+            if (!got)
+                usleep(300);
+        }
+        double now = tdl_clock_s();
+        /* the replay's end first: the counts read after it include its last request */
+        bool trace_over = o->trace && __atomic_load_n(&tr.finished, __ATOMIC_ACQUIRE);
+        serve_stats_t s;
+        serve_queue_stats(r.q, &s);
+        uint64_t done = 0, failed = 0, rejected = 0;
+        for (int i = 0; i < SERVE_SOURCE_COUNT; i++) {
+            done += s.by_source[i].done;
+            failed += s.by_source[i].failed;
+            rejected += s.by_source[i].rejected;
+        }
+        if (o->progress_every > 0 && now - last >= o->progress_every) {
+            if (done + failed != last_done || s.queued || s.running)
+                printf("tidal serve: %8.1f s  done %llu  failed %llu  rejected %llu  queue %d\n",
+                       now - r.t0, (unsigned long long)done, (unsigned long long)failed,
+                       (unsigned long long)rejected, s.queued);
+            fflush(stdout);
+            last = now;
+            last_done = done + failed;
+        }
+        if (o->max_seconds > 0 && now - r.t0 >= o->max_seconds) {
+            why = "--max-seconds";
+            break;
+        }
+        const serve_counts_t *k = &s.by_source[SERVE_SOURCE_TRACE];
+        coord_training_t t = {0};
+        if (r.co)
+            coord_training_get(r.co, &t);
+        if (o->exit_after_trace && trace_over && k->done + k->failed >= k->submitted &&
+            (!t.colocated || t.done)) {
+            why = "the trace is done";
+            break;
+        }
+    }
+    ok = true;
+    elapsed = tdl_clock_s() - r.t0;
+    printf("tidal serve: stopping (%s)\n", why);
+    fflush(stdout);
+out:
+    char err[1024]; /* kept past the clean-up below */
+    snprintf(err, sizeof(err), "%s", st != TDL_OK ? tdl_error_get() : "");
+    if (tr.started) {
+        __atomic_store_n(&tr.stop, 1, __ATOMIC_RELEASE);
+        pthread_join(tr.thread, NULL);
+    }
+    if (r.q)
+        serve_queue_close(r.q, "the server is shutting down");
+    serve_http_stop(http); /* after the close: no handler is left waiting */
+    if (r.q && ok) {
+        serve_stats_t s;
+        serve_queue_stats(r.q, &s);
+        if (o->trace)
+            print_latency("trace", r.q, SERVE_SOURCE_TRACE, &s.by_source[SERVE_SOURCE_TRACE],
+                          elapsed);
+        if (http)
+            print_latency("http", r.q, SERVE_SOURCE_HTTP, &s.by_source[SERVE_SOURCE_HTTP],
+                          elapsed);
+        fflush(stdout);
+    }
+    /* the requests the coordinator took and started finish before the executors stop; those
+     * it has not started fail now */
+    if (r.co) {
+        coord_shutdown(r.co, now_of(&r), "the server is shutting down");
+        tdl_status_t s = take_commands(&r);
+        if (st == TDL_OK && s != TDL_OK)
+            st = s, snprintf(err, sizeof(err), "%s", tdl_error_get());
+    }
+    while (r.co && ok && st == TDL_OK && coord_live(r.co) > 0) {
+        int got = 0;
+        if ((st = turn(&r, false, &got)) != TDL_OK)
+            snprintf(err, sizeof(err), "%s", tdl_error_get());
+        else if (!got)
+            usleep(300);
+    }
+    /* and what is still in flight after a failure */
+    while (d && serve_dispatcher_inflight(d) > 0) {
+        serve_inflight_t fin[SERVE_MAX_DEGREE * 4];
+        int got = serve_dispatcher_poll(d, fin, (int)TDL_ARRAY_SIZE(fin));
+        for (int i = 0; i < got; i++)
+            free(fin[i].png);
+        if (!got)
+            usleep(300);
+    }
+    if (r.co) {
+        coord_stats_t k;
+        coord_stats_get(r.co, &k);
+        printf("tidal serve: policy %s: %ld tasks, %ld moves of state\n",
+               coord_policy_name(r.co), k.tasks, k.migrations);
+        if (r.coloc)
+            coord_colocate_finish(r.coloc, r.co, r.q, tdl_clock_s() - r.t0);
+    }
+    coord_colocate_close(r.coloc);
+    coord_free(r.co);
+    if (r.log)
+        fclose(r.log);
+    serve_queue_destroy(r.q);
+    serve_trace_free(&tr.trace);
+    if (st != TDL_OK)
+        return tdl_error_raise(st, "%s", err);
+    return TDL_OK;
+}

@@ -1,0 +1,180 @@
+/* A worker of `tidal run` (job.h): it trains in the membership rank 0 sets (train/elastic.h),
+ * and serves (serve_worker_run) once a resize moves it out, until rank 0 sends it back or says
+ * stop. Its reports to rank 0 and the commands it takes are those of serve/wire.h. */
+#include "config.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "coord/job.h"
+#include "train/elastic.h"
+
+typedef struct worker {
+    const coord_worker_opts_t *o;
+    serve_worker_t *w;
+    int me, world;
+} worker_t;
+
+static tdl_status_t report(worker_t *k, uint32_t kind, int64_t step, double loss, int members,
+                           const char *path)
+{
+    serve_wire_report_t r = {
+        .kind = kind, .rank = k->me, .members = members, .step = step, .loss = loss};
+    if (path && strlen(path) >= sizeof(r.path))
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "checkpoint path '%s' is longer than %zu "
+                               "bytes: use a shorter --out", path, sizeof(r.path) - 1);
+    if (path)
+        memcpy(r.path, path, strlen(path) + 1);
+    return serve_worker_report(k->w, &r, sizeof(r));
+}
+
+static tdl_status_t on_event(void *user, train_event_t ev, int64_t step, double loss,
+                             int members, const char *path)
+{
+    static const uint32_t kinds[] = {[TRAIN_EVENT_STEP] = SERVE_REPORT_STEP,
+                                     [TRAIN_EVENT_CKPT] = SERVE_REPORT_CKPT,
+                                     [TRAIN_EVENT_DONE] = SERVE_REPORT_DONE,
+                                     [TRAIN_EVENT_JOINED] = SERVE_REPORT_JOINED,
+                                     [TRAIN_EVENT_LEFT] = SERVE_REPORT_LEFT};
+    return report(user, kinds[ev], step, loss, members, path);
+}
+
+/* A membership from rank 0, checked: 1 .. world - 1 distinct workers, the root among them. */
+static tdl_status_t members_decode(const worker_t *k, const serve_ctl_msg_t *msg,
+                                   train_members_t *out)
+{
+    serve_wire_members_t m;
+    if (msg->len != sizeof(m))
+        return tdl_error_raise(TDL_ERR_CORRUPT, "rank %d: a membership of %u bytes, not %zu",
+                               k->me, msg->len, sizeof(m));
+    memcpy(&m, msg->data, sizeof(m));
+    if (m.n < 1 || m.n > SERVE_WIRE_MAX_WORKERS || (int)m.n > k->world - 1)
+        return tdl_error_raise(TDL_ERR_CORRUPT, "rank %d: a membership of %u ranks in a world "
+                               "of %d", k->me, m.n, k->world);
+    bool seen[SERVE_WIRE_MAX_WORKERS + 1] = {false}, root = false;
+    out->epoch = m.epoch, out->n = m.n, out->root = m.root;
+    for (uint32_t i = 0; i < m.n; i++) {
+        int r = m.ranks[i];
+        if (r < 1 || r >= k->world || r > SERVE_WIRE_MAX_WORKERS || seen[r])
+            return tdl_error_raise(TDL_ERR_CORRUPT, "rank %d: a membership naming rank %d %s",
+                                   k->me, r, r >= 1 && r < k->world ? "twice" : "(no worker)");
+        seen[r] = true;
+        root |= r == m.root;
+        out->ranks[i] = r;
+    }
+    if (!root)
+        return tdl_error_raise(TDL_ERR_CORRUPT, "rank %d: a membership whose root %d is not in "
+                               "it", k->me, m.root);
+    return TDL_OK;
+}
+
+/* The leader after a step: a resize or a stop from rank 0, if one came. */
+static tdl_status_t on_poll(void *user, train_elastic_decision_t *dec)
+{
+    worker_t *k = user;
+    bool got = false;
+    serve_ctl_msg_t msg;
+    dec->op = TRAIN_ELASTIC_GO_ON;
+    tdl_status_t st = serve_worker_poll(k->w, &got, &msg);
+    if (st != TDL_OK || !got)
+        return st;
+    if (msg.op == SERVE_OP_STOP) {
+        dec->op = TRAIN_ELASTIC_STOP;
+        return TDL_OK;
+    }
+    if (msg.op != SERVE_OP_RESIZE)
+        return tdl_error_raise(TDL_ERR_INTERNAL, "rank %d (training): command %u from rank 0 it "
+                               "cannot take", k->me, msg.op);
+    dec->op = TRAIN_ELASTIC_RESIZE;
+    return members_decode(k, &msg, &dec->next);
+}
+
+/* Serving starts from the training run's EMA weights, until a checkpoint replaces them. */
+static void serve_weights_from(dit_model_t *serve, train_trainer_t *tr)
+{
+    memcpy(serve->params, train_trainer_ema(tr), serve->num_params * sizeof(float));
+    dit_model_params_changed(serve);
+}
+
+static tdl_status_t reload(dit_model_t *serve, const char *path)
+{
+    dit_model_t *m = NULL;
+    tdl_status_t st = train_weights_load(path, "ema", 1, 0, &m);
+    if (st == TDL_OK && m->num_params != serve->num_params)
+        st = tdl_error_raise(TDL_ERR_MISMATCH, "%s: another model than the one served", path);
+    if (st == TDL_OK)
+        memcpy(serve->params, m->params, serve->num_params * sizeof(float));
+    dit_model_params_changed(serve);
+    dit_model_free(m);
+    return st;
+}
+
+tdl_status_t coord_worker_run(const coord_worker_opts_t *o, gfc_runtime_t *rt, int me, int world,
+                              dit_model_t *serve_model)
+{
+    worker_t k = {.o = o, .me = me, .world = world};
+    train_trainer_t *tr = NULL;
+    tdl_status_t st = serve_worker_create(rt, me, serve_model, &k.w);
+    if (st == TDL_OK)
+        st = train_trainer_create(&o->train, &tr);
+    if (st == TDL_OK) { /* every worker resumes the same checkpoint, if there is one */
+        char from[1024] = "";
+        st = train_checkpoint_resume_auto(tr, o->ckpt_dir, false, from, sizeof(from));
+        if (st == TDL_ERR_NOT_FOUND) /* a fresh run */
+            st = TDL_OK, from[0] = '\0';
+        if (st == TDL_OK && from[0] && me == 1) {
+            printf("tidal run: training resumes from %s at step %lld\n", from,
+                   (long long)train_trainer_steps_done(tr));
+            /* rank 0 counts steps from there, and names that checkpoint until a newer one */
+            st = report(&k, SERVE_REPORT_RESUMED, train_trainer_steps_done(tr), NAN, world - 1,
+                        from);
+        }
+    }
+    train_elastic_opts_t eo = {.last_step = o->train.steps,
+                               .ckpt_every = o->ckpt_every,
+                               .keep = o->keep,
+                               .ckpt_dir = o->ckpt_dir};
+    train_elastic_ops_t ops = {.user = &k, .report = on_event, .poll = on_poll};
+    /* everyone trains at first */
+    train_members_t mem = {.epoch = 0, .n = (uint32_t)(world - 1), .root = 1};
+    for (int r = 1; r < world; r++)
+        mem.ranks[r - 1] = r;
+    bool serving = false, stop = false, sync = false, joined = false;
+    while (st == TDL_OK && !stop) {
+        if (!serving) {
+            st = train_elastic_run(tr, rt, me, &eo, &ops, &mem, sync, joined, &serving, &stop);
+            if (serving && !o->fixed) /* the newest weights there are */
+                serve_weights_from(serve_model, tr);
+            continue;
+        }
+        serve_ctl_msg_t msg;
+        if ((st = serve_worker_run(k.w, &msg)) != TDL_OK)
+            break;
+        if (msg.op == SERVE_OP_STOP) {
+            stop = true;
+        } else if (msg.op == SERVE_OP_JOIN) {
+            if ((st = members_decode(&k, &msg, &mem)) == TDL_OK)
+                serving = false, sync = true, joined = true;
+        } else if (msg.op == SERVE_OP_RELOAD && msg.len > 0 && msg.len <= SERVE_USER_BYTES) {
+            char path[SERVE_USER_BYTES + 1];
+            memcpy(path, msg.data, msg.len);
+            path[msg.len] = '\0';
+            if (reload(serve_model, path) != TDL_OK) /* a bad file keeps the old weights */
+                TDL_WARN("rank %d: serving keeps its weights: %s", me, tdl_error_get());
+        } else {
+            st = tdl_error_raise(TDL_ERR_INTERNAL, "rank %d: command %u it cannot take", me,
+                                 msg.op);
+        }
+    }
+    if (st != TDL_OK && k.w) { /* rank 0 ends the job, naming this rank and why */
+        serve_wire_report_t r = {.kind = SERVE_REPORT_ERROR, .rank = me};
+        snprintf(r.path, sizeof(r.path), "%.*s", (int)sizeof(r.path) - 1, tdl_error_get());
+        tdl_status_t keep = st;
+        serve_worker_report(k.w, &r, sizeof(r));
+        st = keep;
+    }
+    train_trainer_free(tr);
+    serve_worker_free(k.w);
+    return st;
+}

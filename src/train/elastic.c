@@ -1,0 +1,113 @@
+/* Elastic data-parallel training on a changing membership (elastic.h). */
+#include "config.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "train/elastic.h"
+#include "train/train.h"
+
+#define TRAIN_NS_ELASTIC 0x72756e747261696eull /* "runtrain" */
+
+static bool is_member(const train_members_t *m, int r)
+{
+    for (uint32_t i = 0; i < m->n; i++)
+        if (m->ranks[i] == r)
+            return true;
+    return false;
+}
+
+static int index_of(const train_members_t *m, int r)
+{
+    for (uint32_t i = 0; i < m->n; i++)
+        if (m->ranks[i] == r)
+            return (int)i;
+    return -1;
+}
+
+/* The leader's part of a step boundary: its reports and checkpoint, and the decision. */
+static tdl_status_t lead(train_trainer_t *tr, const train_elastic_opts_t *o,
+                         const train_elastic_ops_t *ops, int members, bool finished,
+                         double loss, train_elastic_decision_t *dec)
+{
+    int64_t step = train_trainer_steps_done(tr);
+    tdl_status_t st = TDL_OK;
+    if (!finished) {
+        st = ops->report(ops->user, TRAIN_EVENT_STEP, step, loss, members, NULL);
+        if (st == TDL_OK && (step % o->ckpt_every == 0 || step == o->last_step)) {
+            char path[1024];
+            st = train_checkpoint_dir_save(tr, o->ckpt_dir, o->keep, members, path,
+                                           sizeof(path));
+            if (st == TDL_OK)
+                st = ops->report(ops->user, TRAIN_EVENT_CKPT, step, loss, members, path);
+        }
+    }
+    TDL_DEBUG("step %lld done", (long long)step);
+    /* a resize first, even after the last step: joiners are waiting for it */
+    if (st == TDL_OK)
+        st = ops->poll(ops->user, dec);
+    if (st == TDL_OK && dec->op == TRAIN_ELASTIC_GO_ON && finished) {
+        dec->op = TRAIN_ELASTIC_DONE;
+        st = ops->report(ops->user, TRAIN_EVENT_DONE, step, NAN, members, NULL);
+    }
+    return st;
+}
+
+tdl_status_t train_elastic_run(train_trainer_t *tr, gfc_runtime_t *rt, int me,
+                               const train_elastic_opts_t *o, const train_elastic_ops_t *ops,
+                               train_members_t *mem, bool sync, bool joined, bool *left,
+                               bool *stop)
+{
+    *left = *stop = false;
+    for (;;) {
+        gfc_group_t g;
+        tdl_status_t st = gfc_group_init(&g, rt, mem->ranks, (int)mem->n,
+                                         TRAIN_NS_ELASTIC ^ mem->epoch);
+        if (st == TDL_OK && sync)
+            st = train_trainer_sync(tr, &g, index_of(mem, mem->root));
+        if (st == TDL_OK && joined)
+            st = ops->report(ops->user, TRAIN_EVENT_JOINED, train_trainer_steps_done(tr), 0,
+                             (int)mem->n, NULL);
+        sync = joined = false;
+        bool leader = st == TDL_OK && g.me == 0;
+        while (st == TDL_OK) {
+            bool finished = train_trainer_steps_done(tr) >= o->last_step;
+            double loss = NAN;
+            if (!finished && (st = train_trainer_step(tr, &g, &loss, NULL)) != TDL_OK)
+                break;
+            train_elastic_decision_t dec = {.op = TRAIN_ELASTIC_GO_ON};
+            if (leader)
+                st = lead(tr, o, ops, (int)mem->n, finished, loss, &dec);
+            /* everyone learns the leader's decision; a failed leader fails the broadcast */
+            if (st == TDL_OK)
+                st = gfc_bcast(&g, &dec, sizeof(dec), GFC_DT_BYTE, 0);
+            if (st != TDL_OK || dec.op == TRAIN_ELASTIC_GO_ON)
+                continue;
+            if (dec.op == TRAIN_ELASTIC_STOP) {
+                *stop = true;
+                return TDL_OK;
+            }
+            int64_t step = train_trainer_steps_done(tr);
+            if (dec.op == TRAIN_ELASTIC_DONE ||
+                (dec.op == TRAIN_ELASTIC_RESIZE && !is_member(&dec.next, me))) {
+                TDL_INFO("leaves training after step %lld", (long long)step);
+                *left = true;
+                return ops->report(ops->user, TRAIN_EVENT_LEFT, step, NAN, 0, NULL);
+            }
+            if (dec.op != TRAIN_ELASTIC_RESIZE || dec.next.n < 1 ||
+                dec.next.n > TRAIN_MEMBERS_MAX || index_of(&dec.next, dec.next.root) < 0)
+                return tdl_error_raise(TDL_ERR_CORRUPT, "rank %d (training): a decision it "
+                                       "cannot take (op %u, %u members)", me, dec.op,
+                                       dec.next.n);
+            /* a new group: the old members have the state; joiners get it from next.root */
+            bool grows = false;
+            for (uint32_t i = 0; i < dec.next.n; i++)
+                grows |= !is_member(mem, dec.next.ranks[i]);
+            *mem = dec.next;
+            sync = grows;
+            break;
+        }
+        if (st != TDL_OK)
+            return st;
+    }
+}

@@ -1,0 +1,71 @@
+/* Elastic data-parallel training (src/train/elastic.c): training steps on a membership of ranks
+ * that a coordinator changes at step boundaries. The group's leader asks the coordinator after
+ * every step (ops->poll) and broadcasts its word; a rank that leaves returns, a group that grows
+ * hands the whole training state to its new members (train_trainer_sync). The global batch and
+ * the data order do not depend on the membership (train.h), so neither does the loss. */
+#ifndef TIDAL_TRAIN_ELASTIC_H
+#define TIDAL_TRAIN_ELASTIC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/core.h"
+#include "gfc/gfc.h"
+
+struct train_trainer;
+
+#define TRAIN_MEMBERS_MAX 512
+
+/* A membership: world ranks in order (the first leads) and the one whose state a grown group
+ * starts from; epoch numbers the memberships (each a gfc namespace of its own). */
+typedef struct train_members {
+    uint32_t epoch, n;
+    int32_t root;
+    int32_t ranks[TRAIN_MEMBERS_MAX];
+} train_members_t;
+
+typedef enum {
+    TRAIN_ELASTIC_GO_ON = 0, /* the next step on the same members */
+    TRAIN_ELASTIC_RESIZE,    /* `next` from the next step on */
+    TRAIN_ELASTIC_STOP,      /* the job ends */
+    TRAIN_ELASTIC_DONE       /* the last step is done: everyone leaves */
+} train_elastic_op_t;
+
+typedef struct train_elastic_decision {
+    uint32_t op;
+    train_members_t next;
+} train_elastic_decision_t;
+
+typedef enum {
+    TRAIN_EVENT_STEP = 0, /* the leader: a step done (loss, members) */
+    TRAIN_EVENT_CKPT,     /* the leader wrote checkpoint `path` */
+    TRAIN_EVENT_DONE,     /* the leader: the last step is done */
+    TRAIN_EVENT_JOINED,   /* this rank trains in a new membership */
+    TRAIN_EVENT_LEFT      /* this rank left training */
+} train_event_t;
+
+typedef struct train_elastic_ops {
+    void *user;
+    tdl_status_t (*report)(void *user, train_event_t event, int64_t step, double loss,
+                           int members, const char *path);
+    /* The leader after each step: the coordinator's word, GO_ON when it said nothing. */
+    tdl_status_t (*poll)(void *user, train_elastic_decision_t *out);
+} train_elastic_ops_t;
+
+typedef struct train_elastic_opts {
+    int64_t last_step;  /* training ends after this step */
+    int64_t ckpt_every; /* the leader checkpoints every N steps and after the last */
+    int keep;           /* checkpoints kept in ckpt_dir */
+    const char *ckpt_dir;
+} train_elastic_opts_t;
+
+/* Trains this rank (world rank me) in *members until a decision takes it out (*left: it now
+ * serves; *members is the membership it left) or stops the job (*stop). sync: the group's
+ * members receive the state from members->root first; joined: report TRAIN_EVENT_JOINED once
+ * the group stands. */
+tdl_status_t train_elastic_run(struct train_trainer *tr, gfc_runtime_t *rt, int me,
+                               const train_elastic_opts_t *o, const train_elastic_ops_t *ops,
+                               train_members_t *members, bool sync, bool joined, bool *left,
+                               bool *stop);
+
+#endif /* TIDAL_TRAIN_ELASTIC_H */

@@ -1,0 +1,447 @@
+/* The coordinator core (src/coord/coord.h) driven by scripted events, without MPI or HTTP:
+ * a request's tasks and answer against times worked by hand from a hand-made cost model, a task
+ * that fails, a missed deadline, a shutdown, a stuck policy, a burst that moves a rank from
+ * training to serving and back (with its move timed), a checkpoint reloaded by serving ranks,
+ * training's end, bad events, and every allocation failing in turn (SQLite's habit). */
+#include "config.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coord/coord.h"
+#include "core/core.h"
+#include "tap.h"
+
+/* prepare 1 ms, a step 10 ms, decode 2 ms, per image, at degree 1 only; a move 5 ms */
+static void model_hand(coord_cost_model_t *m)
+{
+    memset(m, 0, sizeof(*m));
+    m->patch = 4;
+    m->per_image = true;
+    m->migration_latency_s = 0.005;
+    m->migration_bytes_per_s = 1e9;
+    coord_cost_model_set_fit(m, COORD_COST_PREPARE, 1, 0, 0, 0.001, 0);
+    coord_cost_model_set_fit(m, COORD_COST_STEP, 1, 0, 0, 0.010, 0);
+    coord_cost_model_set_fit(m, COORD_COST_DECODE, 1, 0, 0, 0.002, 0);
+}
+
+static serve_request_params_t req(int label, double cfg, int n, int steps, int64_t deadline_ms)
+{
+    return (serve_request_params_t){.id = "r",
+                                    .label = label,
+                                    .n = n,
+                                    .resolution = 32,
+                                    .steps = steps,
+                                    .cfg = cfg,
+                                    .has_seed = true,
+                                    .seed = 7,
+                                    .deadline_ms = deadline_ms,
+                                    .sampler = DIT_SAMPLER_EULER};
+}
+
+/* A command as the test keeps it: a copy, its rank lists and text with it. */
+typedef struct got {
+    coord_cmd_t cmd;
+    int ranks[SERVE_MAX_DEGREE], prev[SERVE_MAX_DEGREE];
+    serve_traj_spec_t spec;
+    char text[256];
+} got_t;
+
+static int take(coord_t *c, got_t *out, int max)
+{
+    const coord_cmd_t *cmd;
+    int n = 0;
+    while ((cmd = coord_command_next(c))) {
+        if (n == max)
+            continue;
+        got_t *g = &out[n++];
+        g->cmd = *cmd;
+        if (cmd->kind == COORD_CMD_TASK) {
+            memcpy(g->ranks, cmd->task.ranks, (size_t)cmd->task.nranks * sizeof(int));
+            memcpy(g->prev, cmd->task.prev, (size_t)cmd->task.nprev * sizeof(int));
+            g->spec = *cmd->spec;
+        }
+        snprintf(g->text, sizeof(g->text), "%s", cmd->why ? cmd->why : "");
+    }
+    return n;
+}
+
+static coord_t *serving(int workers, const char *policy)
+{
+    coord_cost_model_t cost;
+    model_hand(&cost);
+    coord_config_t cc = {.workers = workers,
+                         .chunk = 1,
+                         .max_degree = SERVE_MAX_DEGREE,
+                         .cost = &cost,
+                         .policy = coord_policy_find(policy)};
+    coord_t *c = NULL;
+    if (coord_create(&cc, &c) != TDL_OK)
+        diag("coord_create: %s", tdl_error_get());
+    return c;
+}
+
+/* Runs the request's tasks to the end from `first`, each finishing after its estimate; answers
+ * the number of tasks and leaves the answer in *ans. */
+static int run_to_answer(coord_t *c, got_t first, double *t, void *result, got_t *ans,
+                         int kinds[16])
+{
+    got_t g[8];
+    got_t cur = first;
+    int tasks = 0;
+    for (;;) {
+        if (tasks < 16)
+            kinds[tasks] = cur.cmd.task.kind;
+        tasks++;
+        *t += cur.cmd.estimate_s;
+        bool last = cur.cmd.task.kind == SERVE_TASK_DECODE;
+        if (coord_task_finished(c, *t, cur.cmd.request, true, last ? result : NULL,
+                                last ? 3 : 0) != TDL_OK)
+            return -1;
+        int n = take(c, g, 8);
+        if (n != 1)
+            return -1;
+        if (g[0].cmd.kind == COORD_CMD_ANSWER) {
+            *ans = g[0];
+            return tasks;
+        }
+        cur = g[0];
+    }
+}
+
+static void test_request(void)
+{
+    coord_t *c = serving(2, "static_sp1");
+    got_t g[8], ans;
+    int h, kinds[16];
+    serve_request_params_t p = req(3, 4.0, 2, 3, 0);
+    is_int(coord_request_arrive(c, 0, &p, &h), TDL_OK, "a guided request of 2 images arrives");
+    int n = take(c, g, 8);
+    ok(n == 1 && g[0].cmd.kind == COORD_CMD_TASK && g[0].cmd.task.kind == SERVE_TASK_PREPARE,
+       "its PREPARE starts at once");
+    ok(g[0].cmd.handle == &h && g[0].cmd.request == 0 && g[0].spec.id == 1 &&
+           g[0].spec.seed == 7 && g[0].spec.n == 2 && g[0].spec.cfg == 4.0f &&
+           g[0].spec.label == 3,
+       "with the caller's handle and the request as the executors take it");
+    ok(g[0].cmd.task.nranks == 1 && g[0].ranks[0] >= 1 && g[0].ranks[0] <= 2 &&
+           g[0].cmd.task.nprev == 0 && g[0].cmd.task.seq == 0,
+       "on one executor (world rank %d), nothing to move, task 0", g[0].ranks[0]);
+    /* guidance doubles the batch: 4 images of 1 ms */
+    is_near(g[0].cmd.estimate_s, 0.004, 1e-12, "estimate: 4 x 1 ms (guidance doubles it)");
+    double t = 0;
+    char png[3] = "png";
+    int tasks = run_to_answer(c, g[0], &t, png, &ans, kinds);
+    is_int(tasks, 5, "PREPARE, 3 STEP_CHUNKs of 1 step, DECODE");
+    ok(kinds[0] == SERVE_TASK_PREPARE && kinds[1] == SERVE_TASK_STEP_CHUNK &&
+           kinds[3] == SERVE_TASK_STEP_CHUNK && kinds[4] == SERVE_TASK_DECODE,
+       "in that order");
+    ok(ans.cmd.ok && !ans.cmd.late && ans.cmd.result == png && ans.cmd.result_len == 3 &&
+           ans.cmd.handle == &h,
+       "the answer: done, with the DECODE's result");
+    /* 4 + 3 x 40 + 8 ms */
+    is_near(ans.cmd.finish_s, 0.132, 1e-9, "finished at 132 ms (%.6f)", ans.cmd.finish_s);
+    is_int(coord_live(c), 0, "nothing live after it");
+
+    p = req(-1, 4.0, 1, 1, 0);
+    coord_request_arrive(c, 1, &p, &h);
+    n = take(c, g, 8);
+    ok(n == 1 && g[0].spec.cfg == 1.0f, "an unconditional request samples with cfg 1");
+    is_near(g[0].cmd.estimate_s, 0.001, 1e-12, "and one image's cost: no doubling");
+    coord_free(c);
+}
+
+static void test_failure_and_deadline(void)
+{
+    coord_t *c = serving(1, "static_sp1");
+    got_t g[8], ans;
+    int kinds[16];
+    serve_request_params_t p = req(-1, 1, 1, 2, 0);
+    coord_request_arrive(c, 0, &p, NULL);
+    take(c, g, 8);
+    is_int(coord_task_finished(c, 0.001, 0, false, NULL, 0), TDL_OK, "its PREPARE fails");
+    int n = take(c, g, 8);
+    ok(n == 1 && g[0].cmd.kind == COORD_CMD_ANSWER && !g[0].cmd.ok &&
+           strstr(g[0].text, "prepare task failed on executor ranks 1..1"),
+       "the request fails, naming the task and its ranks: %s", g[0].text);
+    is_int(coord_live(c), 0, "and is no longer live");
+
+    /* 20 steps of 10 ms cannot meet 100 ms */
+    p = req(-1, 1, 1, 20, 100);
+    coord_request_arrive(c, 1.0, &p, NULL);
+    n = take(c, g, 8);
+    ok(n == 1 && g[0].cmd.task.kind == SERVE_TASK_PREPARE,
+       "the executor freed by the failure takes the next request");
+    double t = 1.0;
+    run_to_answer(c, g[0], &t, NULL, &ans, kinds);
+    ok(ans.cmd.ok && ans.cmd.late, "a request finished 203 ms after it arrived with a deadline "
+                                   "of 100 ms is late");
+    p = req(-1, 1, 1, 2, 10000);
+    coord_request_arrive(c, 2.0, &p, NULL);
+    take(c, g, 8);
+    t = 2.0;
+    run_to_answer(c, g[0], &t, NULL, &ans, kinds);
+    ok(ans.cmd.ok && !ans.cmd.late, "one well within its deadline is not");
+    coord_stats_t k;
+    coord_stats_get(c, &k);
+    ok(k.arrived == 3 && k.done == 2 && k.failed == 1 && k.late == 1,
+       "counts: 3 arrived, 2 done, 1 failed, 1 late");
+
+    /* a shutdown fails what has not started; the started one runs on */
+    p = req(-1, 1, 1, 2, 0);
+    for (int i = 0; i < 3; i++)
+        coord_request_arrive(c, 3.0, &p, NULL);
+    n = take(c, g, 8);
+    is_int(n, 1, "one executor: one of 3 requests starts");
+    is_int(coord_shutdown(c, 3.0, "the server is shutting down"), 2, "a shutdown drops 2");
+    got_t a[8];
+    n = take(c, a, 8);
+    ok(n == 2 && a[0].cmd.kind == COORD_CMD_ANSWER && !a[0].cmd.ok &&
+           !strcmp(a[1].text, "the server is shutting down"),
+       "each failed with the reason given");
+    t = 3.0;
+    ok(run_to_answer(c, g[0], &t, NULL, &ans, kinds) == 4 && ans.cmd.ok,
+       "the started one finishes");
+    is_int(coord_tick(c, 4.0, 0), TDL_OK, "a tick with nothing live is quiet");
+    coord_free(c);
+
+    /* static_sp2 on one executor: it never places, and the coordinator says so */
+    c = serving(1, "static_sp2");
+    coord_request_arrive(c, 0, &p, NULL);
+    is_int(coord_tick(c, 0.1, 0), TDL_ERR_INTERNAL, "a policy that leaves a request waiting on "
+                                                    "idle executors is an error");
+    ok(strstr(tdl_error_get(), "static_sp2") != NULL, "naming the policy: %s", tdl_error_get());
+    coord_free(c);
+}
+
+static serve_wire_report_t rep(uint32_t kind, int rank, int64_t step, const char *path)
+{
+    serve_wire_report_t r = {.kind = kind, .rank = rank, .members = 0, .step = step, .loss = 0.5};
+    if (path)
+        snprintf(r.path, sizeof(r.path), "%s", path);
+    return r;
+}
+
+static bool quiet; /* while allocations fail on purpose */
+
+static coord_t *colocated(bool fixed)
+{
+    coord_cost_model_t cost;
+    model_hand(&cost);
+    coord_config_t cc = {.workers = 3,
+                         .chunk = 1,
+                         .max_degree = SERVE_MAX_DEGREE,
+                         .cost = &cost,
+                         .policy = coord_policy_find("static_sp1"),
+                         .realloc = coord_realloc_find("slo_first"),
+                         .realloc_opts = {.drain_s = 2, .cooldown_s = 0.5},
+                         .min_train = 1,
+                         .fixed_weights = fixed};
+    coord_t *c = NULL;
+    if (coord_create(&cc, &c) != TDL_OK && !quiet)
+        diag("coord_create: %s", tdl_error_get());
+    return c;
+}
+
+static void test_burst(void)
+{
+    coord_t *c = colocated(false);
+    got_t g[8], ans;
+    int kinds[16];
+    coord_training_t t;
+    coord_training_get(c, &t);
+    ok(t.colocated && t.training == 3 && t.serving == 0, "at first the 3 workers train");
+    serve_wire_report_t r = rep(SERVE_REPORT_STEP, 1, 1, NULL);
+    coord_report(c, 0.1, 1, &r);
+    r.step = 2;
+    coord_report(c, 0.2, 1, &r); /* steps of 100 ms */
+    serve_request_params_t p = req(-1, 1, 1, 3, 0);
+    coord_request_arrive(c, 0.25, &p, NULL);
+    is_int(take(c, g, 8), 0, "a request arrives: no executor serves, nothing starts");
+    is_int(coord_tick(c, 0.26, 0), TDL_OK, "a tick");
+    int n = take(c, g, 8);
+    ok(n == 1 && g[0].cmd.kind == COORD_CMD_RESIZE && g[0].cmd.worker == 1,
+       "the burst: a resize to training's leader, rank 1");
+    ok(g[0].cmd.members.n == 2 && g[0].cmd.members.ranks[0] == 1 &&
+           g[0].cmd.members.ranks[1] == 2 && g[0].cmd.members.epoch == 1 &&
+           g[0].cmd.members.root == 1,
+       "training goes on as {1, 2}, epoch 1; rank 3 is to serve");
+    coord_tick(c, 0.29, 0);
+    is_int(take(c, g, 8), 0, "no new decision while the move is under way");
+    r.step = 3;
+    coord_report(c, 0.3, 1, &r); /* the step the move waited for */
+    r = rep(SERVE_REPORT_LEFT, 3, 3, NULL);
+    is_int(coord_report(c, 0.31, 3, &r), TDL_OK, "rank 3 reports it left training");
+    n = take(c, g, 8);
+    ok(n == 1 && g[0].cmd.kind == COORD_CMD_TASK && g[0].ranks[0] == 3 &&
+           g[0].cmd.task.kind == SERVE_TASK_PREPARE,
+       "the waiting request starts on rank 3");
+    coord_training_get(c, &t);
+    ok(t.training == 2 && t.serving == 1 && t.moves_to_serve == 1, "2 train, 1 serves");
+    double now = 0.31;
+    ok(run_to_answer(c, g[0], &now, NULL, &ans, kinds) == 5 && ans.cmd.ok,
+       "the request is served");
+
+    r = rep(SERVE_REPORT_CKPT, 1, 4, "runs/x/ckpt/ckpt-00000004.h5");
+    coord_report(c, 0.5, 1, &r);
+    n = take(c, g, 8);
+    ok(n == 1 && g[0].cmd.kind == COORD_CMD_RELOAD && g[0].cmd.worker == 3 &&
+           !strcmp(g[0].text, "runs/x/ckpt/ckpt-00000004.h5"),
+       "a checkpoint: the serving rank reloads it");
+    coord_training_get(c, &t);
+    ok(!strcmp(t.latest, "runs/x/ckpt/ckpt-00000004.h5") && t.step == 3,
+       "the coordinator names it as the latest");
+
+    /* no load: after the cooldown rank 3 goes back */
+    coord_tick(c, 0.6, 0);
+    is_int(take(c, g, 8), 0, "the load is gone: nothing moves before the cooldown");
+    coord_tick(c, 1.2, 0);
+    n = take(c, g, 8);
+    ok(n == 2 && g[0].cmd.kind == COORD_CMD_JOIN && g[0].cmd.worker == 3 &&
+           g[1].cmd.kind == COORD_CMD_RESIZE && g[1].cmd.worker == 1,
+       "after it: a join to rank 3 and a resize to the leader");
+    ok(g[0].cmd.members.n == 3 && g[0].cmd.members.ranks[2] == 3 &&
+           g[0].cmd.members.epoch == 2 && g[0].cmd.members.root == 1 &&
+           !memcmp(&g[0].cmd.members, &g[1].cmd.members, sizeof(g[0].cmd.members)),
+       "both name {1, 2, 3}, epoch 2, the state from rank 1");
+    r = rep(SERVE_REPORT_JOINED, 3, 5, NULL);
+    coord_report(c, 1.3, 3, &r);
+    coord_training_get(c, &t);
+    ok(t.training == 3 && t.serving == 0 && t.moves_to_train == 1, "3 train again");
+
+    coord_move_stats_t mv;
+    coord_move_stats_get(c, &mv);
+    ok(mv.n == 1, "one move to serving was timed");
+    is_near(mv.ms[0], 50, 1e-6, "from the decision (260 ms) to the rank's report (310 ms)");
+    /* the step under way at the decision began at 200 ms and ended at 300: 100 + 10 ms */
+    is_near(mv.over_budget[0], 50.0 / 110, 1e-9, "against the step it waited for + 10 ms");
+    is_near(mv.over_prev[0], 50.0 / 110, 1e-9, "against the step before the decision + 10 ms");
+
+    r = rep(SERVE_REPORT_DONE, 1, 600, NULL);
+    coord_report(c, 2.0, 1, &r);
+    coord_training_get(c, &t);
+    ok(t.done && t.step == 600, "training's end");
+    for (int w = 1; w <= 3; w++) {
+        r = rep(SERVE_REPORT_LEFT, w, 600, NULL);
+        coord_report(c, 2.1, w, &r);
+    }
+    coord_training_get(c, &t);
+    ok(t.serving == 3 && t.training == 0, "then every worker serves");
+    coord_tick(c, 9.0, 5);
+    is_int(take(c, g, 8), 0, "and nothing moves any more");
+
+    r = rep(SERVE_REPORT_ERROR, 2, 0, "out of memory in the all-reduce");
+    is_int(coord_report(c, 9.1, 2, &r), TDL_ERR_PEER, "a worker's error report ends the job");
+    ok(strstr(tdl_error_get(), "rank 2") && strstr(tdl_error_get(), "all-reduce"),
+       "naming the rank and why: %s", tdl_error_get());
+    r = rep(SERVE_REPORT_STEP, 9, 0, NULL);
+    is_int(coord_report(c, 9.2, 9, &r), TDL_ERR_CORRUPT, "a report from no worker is refused");
+    r = rep(77, 2, 0, NULL);
+    is_int(coord_report(c, 9.2, 2, &r), TDL_ERR_CORRUPT, "a report of an unknown kind too");
+    is_int(coord_task_finished(c, 9.3, 999, true, NULL, 0), TDL_ERR_INVALID_ARG,
+           "a task of a request that never came is refused");
+    coord_free(c);
+
+    /* --ckpt: serving keeps its weights */
+    c = colocated(true);
+    coord_request_arrive(c, 0, &p, NULL);
+    coord_tick(c, 0.05, 0);
+    take(c, g, 8);
+    r = rep(SERVE_REPORT_LEFT, 3, 0, NULL);
+    coord_report(c, 0.1, 3, &r);
+    take(c, g, 8);
+    r = rep(SERVE_REPORT_CKPT, 1, 4, "a.h5");
+    coord_report(c, 0.2, 1, &r);
+    is_int(take(c, g, 8), 0, "with fixed weights a checkpoint is not reloaded");
+    coord_free(c);
+
+    coord_t *none = NULL;
+    coord_config_t bad = {.workers = 0};
+    is_int(coord_create(&bad, &none), TDL_ERR_INVALID_ARG, "no workers: refused");
+}
+
+/* The burst again, every allocation failing in turn: each failure is a clean error, and
+ * nothing leaks (ASan's leak check in the sanitizer build). */
+static tdl_status_t burst(void)
+{
+    coord_t *c = colocated(false);
+    if (!c)
+        return TDL_ERR_NOMEM;
+    got_t g[8];
+    tdl_status_t st = TDL_OK;
+    serve_request_params_t p = req(3, 4, 2, 3, 500);
+    serve_wire_report_t r = rep(SERVE_REPORT_STEP, 1, 1, NULL);
+    st = coord_report(c, 0.1, 1, &r);
+    for (int i = 0; st == TDL_OK && i < 70; i++) /* past the first growth of every array */
+        st = coord_request_arrive(c, 0.2, &p, NULL);
+    if (st == TDL_OK)
+        st = coord_tick(c, 0.3, 0);
+    take(c, g, 8);
+    for (int w = 2; st == TDL_OK && w <= 3; w++) {
+        r = rep(SERVE_REPORT_LEFT, w, 1, NULL);
+        st = coord_report(c, 0.4, w, &r);
+    }
+    double t = 0.4;
+    for (int round = 0; st == TDL_OK && coord_live(c) > 0 && round < 2000; round++) {
+        const coord_cmd_t *cmd;
+        uint64_t ids[8];
+        int n = 0;
+        while ((cmd = coord_command_next(c)))
+            if (cmd->kind == COORD_CMD_TASK && n < 8)
+                ids[n++] = cmd->request;
+        t += 0.01;
+        for (int i = 0; st == TDL_OK && i < n; i++)
+            st = coord_task_finished(c, t, ids[i], true, NULL, 0);
+        if (st == TDL_OK && n == 0)
+            st = coord_tick(c, t, 0);
+    }
+    if (st == TDL_OK) {
+        r = rep(SERVE_REPORT_CKPT, 1, 4, "x.h5");
+        st = coord_report(c, t, 1, &r);
+    }
+    coord_shutdown(c, t, "bye");
+    take(c, g, 8);
+    coord_free(c);
+    return st;
+}
+
+static void test_allocation_failures(void)
+{
+    int clean = 1, runs = 0;
+    long n;
+    tdl_status_t st = TDL_ERR_NOMEM;
+    quiet = true;
+    for (n = 0; n < 100000 && st != TDL_OK; n++, runs++) {
+        tdl_alloc_fail_after(n);
+        st = burst();
+        if (st != TDL_OK && (st != TDL_ERR_NOMEM || !strstr(tdl_error_get(), "out of memory"))) {
+            clean = 0;
+            diag("allocation %ld: status %d: %s", n, st, tdl_error_get());
+        }
+    }
+    long made = tdl_alloc_fail_after(-1);
+    quiet = false;
+    ok(st == TDL_OK, "the burst runs through once enough allocations succeed (%ld)", n - 1);
+    ok(runs > 10 && clean, "each of the %d allocations before that failed cleanly, naming "
+                           "the memory (%ld allocations in the last run)", runs - 1, made);
+    for (int i = 0; i < 2; i++) {
+        const coord_realloc_ops_t *ops = coord_realloc_find(i ? "static" : "slo_first");
+        void *state = NULL;
+        coord_realloc_opts_t o = {0};
+        tdl_alloc_fail_after(0);
+        tdl_status_t s = ops->create(&o, &state);
+        tdl_alloc_fail_after(-1);
+        ok(s == TDL_ERR_NOMEM && !state && strstr(tdl_error_get(), ops->name),
+           "realloc %s: no memory is a clean error naming it (%s)", ops->name, tdl_error_get());
+    }
+}
+
+int main(void)
+{
+    test_request();
+    test_failure_and_deadline();
+    test_burst();
+    test_allocation_failures();
+    return done_testing();
+}
