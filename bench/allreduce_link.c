@@ -25,7 +25,7 @@
 #include "bench/bench_common.h"
 #include "dit/dit.h"
 #include "mpi/bench_mpi.h"
-#include "train/train.h"
+#include "train/allreduce_codec.h"
 
 #define LINK_DEFAULT_FORMATS "f32,bf16,mxfp8,mxfp6,mxfp4,int8,dynamiq"
 #define LINK_DEFAULT_SIZES   "64M,dit"

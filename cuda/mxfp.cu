@@ -32,15 +32,11 @@ TDL_DEVICE float mx_fadd(float a, float b)
 }
 TDL_DEVICE uint32_t mx_f32_bits(float x)
 {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    return u;
+    return tdl_f32_bits(x);
 }
 TDL_DEVICE float mx_bits_f32(uint32_t u)
 {
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
+    return tdl_bits_f32(u);
 }
 #else
 #ifdef __CUDA_ARCH__ // the device pass: the host compiler does not know the pragma

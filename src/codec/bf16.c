@@ -13,7 +13,7 @@ static const codec_minifloat_t bf16_format = {
 
 static inline uint16_t bf16_encode_one(float x, bool stochastic, uint32_t r)
 {
-    uint32_t u = codec_f32_bits(x), a = u & 0x7fffffffu;
+    uint32_t u = tdl_f32_bits(x), a = u & 0x7fffffffu;
     uint16_t sign = (uint16_t)((u >> 16) & 0x8000u), nan = (uint16_t)((u >> 16) | 0x0040u);
     if (!stochastic)
         return a > 0x7f800000u ? nan : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
@@ -24,7 +24,7 @@ static inline uint16_t bf16_encode_one(float x, bool stochastic, uint32_t r)
 
 static inline float bf16_decode_one(const unsigned char *p)
 {
-    return codec_bits_f32((uint32_t)codec_load_le16(p) << 16);
+    return tdl_bits_f32((uint32_t)codec_load_le16(p) << 16);
 }
 
 CODEC_HALF_OPS(BF16_NAME, bf16)

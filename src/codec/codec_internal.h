@@ -36,20 +36,6 @@ static inline bool codec_cfg_stochastic(const void *cfg)
     return cfg && ((const codec_config_t *)cfg)->round == CODEC_ROUND_STOCHASTIC;
 }
 
-static inline uint32_t codec_f32_bits(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    return u;
-}
-
-static inline float codec_bits_f32(uint32_t u)
-{
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
-}
-
 /* Encoded data is little-endian whatever the host. */
 static inline uint16_t codec_load_le16(const unsigned char *p)
 {
@@ -113,16 +99,16 @@ static inline uint32_t codec_minifloat_round(const codec_minifloat_t *f, uint32_
 /* 2^k as a float for -127 <= k <= 127. */
 static inline float codec_pow2f(int k)
 {
-    return k >= -126 ? codec_bits_f32((uint32_t)(k + 127) << 23) : codec_bits_f32(0x00400000u);
+    return k >= -126 ? tdl_bits_f32((uint32_t)(k + 127) << 23) : tdl_bits_f32(0x00400000u);
 }
 
 /* a + b, except that when a is NaN the sum is a, quieted, whatever b is: which NaN a sum of two
  * NaNs keeps is otherwise up to the order the compiler gives the add's operands. */
 static inline float codec_add_nan_first(float a, float b)
 {
-    uint32_t ua = codec_f32_bits(a), sum = codec_f32_bits(a + b);
+    uint32_t ua = tdl_f32_bits(a), sum = tdl_f32_bits(a + b);
     uint32_t nan = 0u - (uint32_t)((ua & 0x7fffffffu) > 0x7f800000u); /* a mask, no branch */
-    return codec_bits_f32((sum & ~nan) | ((ua | 0x00400000u) & nan));
+    return tdl_bits_f32((sum & ~nan) | ((ua | 0x00400000u) & nan));
 }
 
 /* The values of a group of scale s > 0 to quantize and the factor that brings them to [-1, 1]:

@@ -25,7 +25,7 @@ static tdl_status_t f32_encode(const void *cfg, const codec_where_t *w, const fl
         return st;
     unsigned char *o = out;
     for (size_t i = 0; i < n; i++)
-        codec_store_le32(o + 4 * i, codec_f32_bits(in[i]));
+        codec_store_le32(o + 4 * i, tdl_f32_bits(in[i]));
     *out_bytes = 4 * n;
     return TDL_OK;
 }
@@ -46,7 +46,7 @@ static tdl_status_t f32_decode(const void *cfg, const void *in, size_t in_bytes,
         return st;
     const unsigned char *p = in;
     for (size_t i = 0; i < n; i++)
-        out[i] = codec_bits_f32(codec_load_le32(p + 4 * i));
+        out[i] = tdl_bits_f32(codec_load_le32(p + 4 * i));
     return TDL_OK;
 }
 
@@ -58,7 +58,7 @@ static tdl_status_t f32_decode_accumulate(const void *cfg, const void *in, size_
         return st;
     const unsigned char *p = in;
     for (size_t i = 0; i < n; i++)
-        acc[i] += codec_bits_f32(codec_load_le32(p + 4 * i));
+        acc[i] += tdl_bits_f32(codec_load_le32(p + 4 * i));
     return TDL_OK;
 }
 
@@ -75,8 +75,8 @@ static tdl_status_t f32_decode_accumulate_encode(const void *cfg, const codec_wh
     const unsigned char *p = in;
     unsigned char *o = out;
     for (size_t i = 0; i < n; i++) {
-        float x = local[i] + codec_bits_f32(codec_load_le32(p + 4 * i));
-        codec_store_le32(o + 4 * i, codec_f32_bits(x));
+        float x = local[i] + tdl_bits_f32(codec_load_le32(p + 4 * i));
+        codec_store_le32(o + 4 * i, tdl_f32_bits(x));
     }
     *out_bytes = 4 * n;
     return TDL_OK;

@@ -82,7 +82,7 @@ CODEC_HALF_LOOP static void int8_flip(float *x, const uint32_t *bits)
     for (int k = 0; k < INT8_GROUP / 32; k++) {
         uint32_t b = bits[k];
         for (int i = 0; i < 32; i++)
-            x[32 * k + i] = codec_bits_f32(codec_f32_bits(x[32 * k + i]) ^ ((b >> i & 1u) << 31));
+            x[32 * k + i] = tdl_bits_f32(tdl_f32_bits(x[32 * k + i]) ^ ((b >> i & 1u) << 31));
     }
 }
 
@@ -104,8 +104,8 @@ CODEC_HALF_LOOP static bool int8_absmax(const float *v, size_t m, float *mx_out)
     float mx = 0;
     uint32_t bad = 0;
     for (size_t i = 0; i < m; i++) {
-        uint32_t u = codec_f32_bits(v[i]) & 0x7fffffffu;
-        float a = codec_bits_f32(u);
+        uint32_t u = tdl_f32_bits(v[i]) & 0x7fffffffu;
+        float a = tdl_bits_f32(u);
         bad |= u >= 0x7f800000u;
         mx = a > mx ? a : mx;
     }
@@ -148,14 +148,14 @@ static void int8_encode_group(const float *v, size_t m, unsigned char *o, bool s
 {
     float mx;
     if (int8_absmax(v, m, &mx)) { /* NaN or Inf: the group decodes to NaN */
-        codec_store_le32(o, codec_f32_bits(NAN));
+        codec_store_le32(o, tdl_f32_bits(NAN));
         memset(o + 4, 0, m);
         if (stochastic)
             tdl_rng_seek(rng, rng->pos + m);
         return;
     }
     float scale = mx > 0 ? mx / 127.0f : 0.0f;
-    codec_store_le32(o, codec_f32_bits(scale));
+    codec_store_le32(o, tdl_f32_bits(scale));
     float inv = 0.0f, tiny[INT8_GROUP];
     if (scale > 0)
         v = codec_scaled_group(v, m, scale, tiny, &inv);
@@ -167,7 +167,7 @@ static void int8_encode_group(const float *v, size_t m, unsigned char *o, bool s
 
 CODEC_HALF_LOOP static void int8_decode_group(const unsigned char *p, size_t m, float *v)
 {
-    float scale = codec_bits_f32(codec_load_le32(p));
+    float scale = tdl_bits_f32(codec_load_le32(p));
     for (size_t i = 0; i < m; i++)
         v[i] = (float)(int8_t)p[4 + i] * scale;
 }

@@ -95,7 +95,7 @@ MX_INLINE void mx_block_encode(const mx_format_t *f, const float *v, size_t cnt,
 {
     uint32_t amax = 0;
     for (size_t i = 0; i < cnt; i++) {
-        uint32_t a = codec_f32_bits(v[i]) & 0x7fffffffu;
+        uint32_t a = tdl_f32_bits(v[i]) & 0x7fffffffu;
         amax = a > amax ? a : amax;
     }
     if (amax >= 0x7f800000u) { /* NaN or Inf: no finite scale fits */
@@ -112,13 +112,13 @@ MX_INLINE void mx_block_encode(const mx_format_t *f, const float *v, size_t cnt,
     if (rng) {
         tdl_rng_seek(rng, first);
         for (size_t i = 0; i < cnt; i++) {
-            uint32_t u = codec_f32_bits(v[i] * inv);
+            uint32_t u = tdl_f32_bits(v[i] * inv);
             uint32_t mag = codec_minifloat_round(&f->mf, u & 0x7fffffffu, true, tdl_rng_u32(rng));
             codes[i] = (uint8_t)(((u >> 31) ? sign_bit : 0) | mag);
         }
     } else {
         for (size_t i = 0; i < cnt; i++) {
-            uint32_t u = codec_f32_bits(v[i] * inv);
+            uint32_t u = tdl_f32_bits(v[i] * inv);
             uint32_t mag = codec_minifloat_round(&f->mf, u & 0x7fffffffu, false, 0);
             codes[i] = (uint8_t)(((u >> 31) ? sign_bit : 0) | mag);
         }

@@ -17,23 +17,9 @@ void tdl_blobs_free(tdl_blobs_t *blobs)
     memset(blobs, 0, sizeof(*blobs));
 }
 
-static inline uint32_t f32_bits(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    return u;
-}
-
-static inline float bits_f32(uint32_t u)
-{
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
-}
-
 uint16_t tdl_bf16_from_f32(float x)
 {
-    uint32_t u = f32_bits(x);
+    uint32_t u = tdl_f32_bits(x);
     if ((u & 0x7fffffffu) > 0x7f800000u)
         return (uint16_t)((u >> 16) | 0x0040u); /* quiet NaN, sign kept */
     u += 0x7fffu + ((u >> 16) & 1u);
@@ -42,12 +28,12 @@ uint16_t tdl_bf16_from_f32(float x)
 
 float tdl_bf16_to_f32(uint16_t h)
 {
-    return bits_f32((uint32_t)h << 16);
+    return tdl_bits_f32((uint32_t)h << 16);
 }
 
 uint16_t tdl_f16_from_f32(float x)
 {
-    uint32_t u = f32_bits(x);
+    uint32_t u = tdl_f32_bits(x);
     uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
     uint32_t a = u & 0x7fffffffu;
     if (a > 0x7f800000u)
@@ -56,7 +42,7 @@ uint16_t tdl_f16_from_f32(float x)
         return sign | 0x7c00u;
     if (a < 0x38800000u) {
         /* subnormal or zero in fp16: scale to units of 2^-24 and round to nearest even */
-        float f = bits_f32(a) * 0x1.0p24f;
+        float f = tdl_bits_f32(a) * 0x1.0p24f;
         float r = nearbyintf(f);
         return sign | (uint16_t)r;
     }
@@ -79,6 +65,6 @@ float tdl_f16_to_f32(uint16_t h)
         return sign ? -f : f;
     }
     if (exp == 31)
-        return bits_f32(sign | 0x7f800000u | (mant << 13));
-    return bits_f32(sign | ((exp - 15 + 127) << 23) | (mant << 13));
+        return tdl_bits_f32(sign | 0x7f800000u | (mant << 13));
+    return tdl_bits_f32(sign | ((exp - 15 + 127) << 23) | (mant << 13));
 }

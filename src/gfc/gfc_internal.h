@@ -176,8 +176,18 @@ static inline int gfc_pof2_member(const gfc_pof2_t *f, int v)
 
 /* ---- algorithm entry points (one file each) --------------------------------------------- */
 
+/* The algorithm an all-reduce of `bytes` over `size` members runs (allreduce/allreduce.c's
+ * allreduce_algs[]): asked unless AUTO, else the configured one unless AUTO, else the best of
+ * those that apply. A forced one may not apply (gfc_allreduce_start then refuses it). */
+gfc_allreduce_algo_t gfc_allreduce_select(const gfc_runtime_config_t *config, int size,
+                                          size_t bytes, gfc_allreduce_algo_t asked, bool codec);
+
 /* send holds this member's values, recv receives the result; they may be the same buffer. The
- * algorithms read send and write recv without copying one into the other first. */
+ * algorithms read send and write recv without copying one into the other first. codec is NULL
+ * for exact sums (and always for an algorithm that takes none). */
+typedef tdl_status_t (*gfc_allreduce_start_fn_t)(gfc_group_t *g, const void *send, void *recv,
+                                                 size_t count, gfc_dtype_t dtype, gfc_redop_t op,
+                                                 const gfc_codec_t *codec, gfc_request_t **req_out);
 tdl_status_t gfc_allreduce_ring_start(gfc_group_t *g, const void *send, void *recv, size_t count,
                                       gfc_dtype_t dtype, gfc_redop_t op, const gfc_codec_t *codec,
                                       gfc_request_t **req_out);
@@ -185,8 +195,9 @@ tdl_status_t gfc_allreduce_butterfly_start(gfc_group_t *g, const void *send, voi
                                            size_t count, gfc_dtype_t dtype, gfc_redop_t op,
                                            const gfc_codec_t *codec, gfc_request_t **req_out);
 tdl_status_t gfc_allreduce_recursive_doubling_start(gfc_group_t *g, const void *send, void *recv,
-                                                    size_t count, gfc_dtype_t dtype,
-                                                    gfc_redop_t op, gfc_request_t **req_out);
+                                                    size_t count, gfc_dtype_t dtype, gfc_redop_t op,
+                                                    const gfc_codec_t *codec,
+                                                    gfc_request_t **req_out);
 /* Ring reduce-scatter over group-size blocks of src, reducing into buf (which may be src; it need
  * not be initialized otherwise): member i ends holding the reduction of block (i + shift) mod
  * size, copied to out (when not NULL) at the end. */

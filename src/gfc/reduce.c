@@ -2,15 +2,12 @@
 #include "config.h"
 
 #include <stdlib.h>
-#include <string.h>
 
 #include "gfc/gfc_internal.h"
 
 static const size_t dtype_sizes[GFC_DT_COUNT] = {4, 2, 2, 4, 8, 1};
 static const char *const dtype_names[GFC_DT_COUNT] = {"f32", "bf16", "f16", "i32", "i64", "byte"};
 static const char *const redop_names[GFC_OP_COUNT] = {"sum", "max", "min"};
-static const char *const algo_names[GFC_ALLREDUCE_COUNT] = {"auto", "ring", "butterfly",
-                                                            "recursive_doubling"};
 
 size_t gfc_dtype_size(gfc_dtype_t dtype)
 {
@@ -25,25 +22,6 @@ const char *gfc_dtype_name(gfc_dtype_t dtype)
 const char *gfc_redop_name(gfc_redop_t op)
 {
     return (unsigned)op < GFC_OP_COUNT ? redop_names[op] : "?";
-}
-
-const char *gfc_allreduce_algo_name(gfc_allreduce_algo_t algo)
-{
-    return (unsigned)algo < GFC_ALLREDUCE_COUNT ? algo_names[algo] : "?";
-}
-
-tdl_status_t gfc_allreduce_algo_parse(const char *name, gfc_allreduce_algo_t *algo_out)
-{
-    for (int i = 0; i < GFC_ALLREDUCE_COUNT; i++) {
-        if (name && strcmp(name, algo_names[i]) == 0) {
-            *algo_out = (gfc_allreduce_algo_t)i;
-            return TDL_OK;
-        }
-    }
-    return tdl_error_raise(TDL_ERR_INVALID_ARG,
-                           "unknown all-reduce algorithm '%s': use auto, ring, butterfly or "
-                           "recursive_doubling",
-                           name ? name : "(null)");
 }
 
 size_t *gfc_uniform_layout(int n, size_t count)

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "codec/codec.h"
-#include "train/train.h"
+#include "train/allreduce_codec.h"
 
 struct train_codec {
     codec_t *codec;

@@ -11,6 +11,7 @@
 #include "core/core.h"
 #include "dit/dit.h"
 #include "gfc/gfc.h"
+#include "train/allreduce_codec.h" /* train_codec_*: the compressed gradient all-reduce */
 
 #ifdef __cplusplus
 extern "C" {
@@ -196,7 +197,8 @@ tdl_status_t train_weights_load_on(const char *path, const char *group, int max_
                                    int max_resolution, struct dit_backend *backend,
                                    dit_model_t **model_out);
 
-/* ==== training checkpoints (src/train/trainer.c, format in doc/checkpoint.md) ============== */
+/* ==== training checkpoints (src/train/checkpoint.c, ckpt_dir.c, ckpt_writer.c, resume.c;
+ * format in doc/checkpoint.md) ============================================================== */
 
 /* Model, EMA, AdamW moments, step, data cursor and configuration in one HDF5 file. Per-sample
  * randomness is keyed by (seed, step, position), so nothing else is needed to continue bit for
@@ -254,31 +256,6 @@ tdl_status_t train_checkpoint_info(const char *path, FILE *out);
 /* The largest |a - b| of every tensor of every group both files hold, on out; the largest of
  * all in *largest. Different models: TDL_ERR_MISMATCH. */
 tdl_status_t train_checkpoint_diff(const char *a, const char *b, FILE *out, double *largest);
-
-/* ==== compressed gradient all-reduce (src/train/allreduce_codec.c) ======================== */
-
-/* A src/codec format ("bf16", "mxfp8", "dynamiq", ...) behind gfc's codec hook. stochastic
- * forces stochastic rounding; otherwise the format rounds its own way (dynamiq: correlated
- * stochastic rounding, the others: to nearest). */
-typedef struct train_codec train_codec_t;
-tdl_status_t train_codec_create(const char *name, bool stochastic, uint64_t seed,
-                                train_codec_t **out);
-/* The same with every codec option (bits for dynamiq, ablation flags): config may be NULL. */
-tdl_status_t train_codec_create_config(const char *name, const void *config, uint64_t seed,
-                                       train_codec_t **out);
-const gfc_codec_t *train_codec_hook(const train_codec_t *codec);
-/* Error feedback over a vector of n values: from now on every encoding this rank makes adds its
- * error (input minus what the encoding decodes to) to a residual at the values' offset. */
-tdl_status_t train_codec_error_feedback(train_codec_t *codec, size_t n);
-/* From now on the codec's random streams are keyed by this training step instead of gfc's
- * collective count, so a resumed run rounds exactly as an uninterrupted one. */
-void train_codec_set_step(train_codec_t *codec, int64_t step);
-/* grads += residual, then residual = 0 (no-op without error feedback). */
-void train_codec_apply_residual(train_codec_t *codec, float *grads, size_t n);
-/* The residual (NULL without error feedback), for checkpoints. */
-float *train_codec_residual(train_codec_t *codec, size_t *n_out);
-double train_codec_bits_per_coord(const train_codec_t *codec, size_t n);
-void train_codec_free(train_codec_t *codec);
 
 #ifdef __cplusplus
 }

@@ -50,7 +50,7 @@ static void fill(float *x, size_t n, fill_t kind, uint64_t seed)
             switch (blk) {
             case 0: v = (k & 1) ? -0.0f : 0.0f; break;
             case 1: /* subnormals, none 0 */
-                v = codec_bits_f32((u & 0x807fffffu) | (k == 3));
+                v = tdl_bits_f32((u & 0x807fffffu) | (k == 3));
                 break;
             case 2: v = k == 0 ? FLT_MAX : k == 1 ? -FLT_MAX : k == 2 ? 1e-40f : v * 1e-30f; break;
             case 3: v = k == 7 ? NAN : v; break;
@@ -58,7 +58,7 @@ static void fill(float *x, size_t n, fill_t kind, uint64_t seed)
             case 5: v = k == 0 ? -INFINITY : v; break;
             case 6: v = (float)((int)(u % 2049) - 1024) * 0x1.0p-12f; break;
             case 7:
-                v = codec_bits_f32((u & 0x7f800000u) == 0x7f800000u ? u & 0xbfffffffu : u);
+                v = tdl_bits_f32((u & 0x7f800000u) == 0x7f800000u ? u & 0xbfffffffu : u);
                 break;
             default: v = ldexpf(v, (int)(i / 32 % 61) - 30); break;
             }
@@ -81,7 +81,7 @@ static size_t bytes_diff(const unsigned char *a, const unsigned char *b, size_t 
 static size_t floats_diff(const float *a, const float *b, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        if (codec_f32_bits(a[i]) != codec_f32_bits(b[i]) && !(isnan(a[i]) && isnan(b[i])))
+        if (tdl_f32_bits(a[i]) != tdl_f32_bits(b[i]) && !(isnan(a[i]) && isnan(b[i])))
             return i;
     return SIZE_MAX;
 }

@@ -123,9 +123,9 @@ static void test_names(void)
         for (char *save = NULL, *name = strtok_r(choices, "|", &save); name;
              name = strtok_r(NULL, "|", &save), n++)
             all &= codec_find(name) != NULL;
-        ok(all && n == (int)TDL_ARRAY_SIZE(all_names) + 3,
-           "every one of CODEC_CHOICES (--allreduce's) is a codec: the %d formats and 3 short "
-           "names (%d)", (int)TDL_ARRAY_SIZE(all_names), n);
+        /* the 8 above, int8, int8_rht and dynamiq, and the 3 short names */
+        ok(all && n == 14, "every one of CODEC_CHOICES (--allreduce's) is a codec: the 11 "
+                           "formats and 3 short names (%d)", n);
     }
 
     codec_t *c = NULL;

@@ -12,21 +12,8 @@
 
 #include "core/core.h"
 #include "gfc/gfc.h"
+#include "gfc/gfc_internal.h"
 #include "tap.h"
-
-static float f32_of(uint32_t u)
-{
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
-}
-
-static uint32_t bits_of(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    return u;
-}
 
 /* ---- conversions ------------------------------------------------------------------------- */
 
@@ -58,24 +45,24 @@ static void test_bf16(void)
         {0x007fffff, 0x0080, "largest f32 subnormal rounds up to the smallest normal"},
     };
     for (size_t i = 0; i < TDL_ARRAY_SIZE(cases); i++) {
-        uint16_t got = tdl_bf16_from_f32(f32_of(cases[i].in));
+        uint16_t got = tdl_bf16_from_f32(tdl_bits_f32(cases[i].in));
         ok(got == cases[i].want, "bf16 from %08" PRIx32 " = %04x: %s", cases[i].in, cases[i].want,
            cases[i].why);
         if (got != cases[i].want)
             diag("got %04x", got);
     }
-    uint16_t qn = tdl_bf16_from_f32(f32_of(0x7fc00000));
-    uint16_t sn = tdl_bf16_from_f32(f32_of(0x7f800001)); /* payload only in the low bits */
-    uint16_t nn = tdl_bf16_from_f32(f32_of(0xffc00001));
+    uint16_t qn = tdl_bf16_from_f32(tdl_bits_f32(0x7fc00000));
+    uint16_t sn = tdl_bf16_from_f32(tdl_bits_f32(0x7f800001)); /* payload only in the low bits */
+    uint16_t nn = tdl_bf16_from_f32(tdl_bits_f32(0xffc00001));
     ok((qn & 0x7f80) == 0x7f80 && (qn & 0x7f) != 0, "quiet NaN stays NaN (%04x)", qn);
     ok((sn & 0x7f80) == 0x7f80 && (sn & 0x7f) != 0,
        "NaN with its payload in the dropped bits stays NaN, not Inf (%04x)", sn);
     ok((nn & 0xff80) == 0xff80 && (nn & 0x7f) != 0, "negative NaN stays a negative NaN (%04x)", nn);
 
-    ok(bits_of(tdl_bf16_to_f32(0x3f80)) == 0x3f800000, "bf16 0x3f80 -> 1.0");
-    ok(bits_of(tdl_bf16_to_f32(0x0001)) == 0x00010000, "bf16 subnormal 0x0001 -> 2^-133");
-    ok(bits_of(tdl_bf16_to_f32(0xff80)) == 0xff800000, "bf16 -Inf");
-    ok(bits_of(tdl_bf16_to_f32(0x8000)) == 0x80000000, "bf16 -0");
+    ok(tdl_f32_bits(tdl_bf16_to_f32(0x3f80)) == 0x3f800000, "bf16 0x3f80 -> 1.0");
+    ok(tdl_f32_bits(tdl_bf16_to_f32(0x0001)) == 0x00010000, "bf16 subnormal 0x0001 -> 2^-133");
+    ok(tdl_f32_bits(tdl_bf16_to_f32(0xff80)) == 0xff800000, "bf16 -Inf");
+    ok(tdl_f32_bits(tdl_bf16_to_f32(0x8000)) == 0x80000000, "bf16 -0");
     int round_trip = 1;
     for (uint32_t h = 0; h < 0x10000; h++) {
         uint16_t b = (uint16_t)h;
@@ -125,7 +112,7 @@ static void test_f16(void)
         if (got != cases[i].want)
             diag("got %04x", got);
     }
-    uint16_t qn = tdl_f16_from_f32(NAN), sn = tdl_f16_from_f32(f32_of(0x7f800001));
+    uint16_t qn = tdl_f16_from_f32(NAN), sn = tdl_f16_from_f32(tdl_bits_f32(0x7f800001));
     ok((qn & 0x7c00) == 0x7c00 && (qn & 0x3ff) != 0, "NaN stays NaN (%04x)", qn);
     ok((sn & 0x7c00) == 0x7c00 && (sn & 0x3ff) != 0,
        "NaN with its payload in the dropped bits stays NaN, not Inf (%04x)", sn);
@@ -327,6 +314,115 @@ static void test_names(void)
     }
 }
 
+/* ---- the choice of an all-reduce algorithm ---------------------------------------------- */
+
+/* The rule gfc chose by before its table (allreduce_algs[]), written out: what was asked, else
+ * the configured algorithm; with a codec the ring; recursive doubling up to gfc-small-msg bytes
+ * or below 64 bytes a member; above, the butterfly on power-of-two groups and the ring on others.
+ */
+static gfc_allreduce_algo_t select_expected(const gfc_runtime_config_t *c, int size, size_t bytes,
+                                            gfc_allreduce_algo_t asked, bool codec)
+{
+    if (asked == GFC_ALLREDUCE_AUTO)
+        asked = c->allreduce_algo;
+    if (asked != GFC_ALLREDUCE_AUTO)
+        return asked;
+    if (codec)
+        return GFC_ALLREDUCE_RING;
+    if (bytes <= c->small_msg_bytes || bytes / (size_t)size < 64)
+        return GFC_ALLREDUCE_RECURSIVE_DOUBLING;
+    if ((size & (size - 1)) == 0)
+        return GFC_ALLREDUCE_BUTTERFLY;
+    return GFC_ALLREDUCE_RING;
+}
+
+static void test_select(void)
+{
+    gfc_runtime_config_t c;
+    gfc_runtime_config_default(&c);
+    /* a few by hand, at the default gfc-small-msg (16 KiB) */
+    static const struct {
+        int size;
+        size_t bytes;
+        bool codec;
+        gfc_allreduce_algo_t want;
+    } cases[] = {
+        {4, 16 << 10, false, GFC_ALLREDUCE_RECURSIVE_DOUBLING},
+        {4, (16 << 10) + 4, false, GFC_ALLREDUCE_BUTTERFLY},
+        {6, 1 << 20, false, GFC_ALLREDUCE_RING},
+        {8, 1 << 20, true, GFC_ALLREDUCE_RING},
+        {8, 4, true, GFC_ALLREDUCE_RING},
+        {1024, (64 << 10) - 4, false, GFC_ALLREDUCE_RECURSIVE_DOUBLING}, /* 63 bytes a member */
+        {1024, 64 << 10, false, GFC_ALLREDUCE_BUTTERFLY},                /* 64 */
+        {1024, 1 << 20, false, GFC_ALLREDUCE_BUTTERFLY},
+    };
+    for (size_t i = 0; i < TDL_ARRAY_SIZE(cases); i++) {
+        gfc_allreduce_algo_t got = gfc_allreduce_select(&c, cases[i].size, cases[i].bytes,
+                                                        GFC_ALLREDUCE_AUTO, cases[i].codec);
+        ok(got == cases[i].want, "auto on %d members, %zu bytes%s: %s", cases[i].size,
+           cases[i].bytes, cases[i].codec ? ", codec" : "", gfc_allreduce_algo_name(got));
+    }
+
+    /* the grid: group sizes, vector sizes around every threshold, gfc-small-msg, the configured
+     * and the asked algorithm, with and without a codec */
+    static const int sizes[] = {1,  2,  3,  4,  5,  6,  7,   8,   9,    12,
+                                16, 17, 24, 32, 63, 64, 100, 128, 1000, 1024};
+    static const size_t smalls[] = {0, 1, 4096, 16 << 10, (size_t)1 << 30};
+    static const size_t fixed[] = {0,
+                                   1,
+                                   4,
+                                   63,
+                                   64,
+                                   65,
+                                   4095,
+                                   4096,
+                                   4097,
+                                   16383,
+                                   16 << 10,
+                                   16385,
+                                   65535,
+                                   65536,
+                                   1 << 20,
+                                   64 << 20,
+                                   (size_t)1 << 30,
+                                   ((size_t)1 << 30) + 1};
+    long cases_run = 0, wrong = 0;
+    for (size_t si = 0; si < TDL_ARRAY_SIZE(sizes); si++) {
+        int n = sizes[si];
+        for (size_t mi = 0; mi < TDL_ARRAY_SIZE(smalls); mi++) {
+            c.small_msg_bytes = smalls[mi];
+            size_t bytes[TDL_ARRAY_SIZE(fixed) + 6];
+            size_t nb = 0;
+            for (size_t k = 0; k < TDL_ARRAY_SIZE(fixed); k++)
+                bytes[nb++] = fixed[k];
+            /* 64 bytes a member, and gfc-small-msg, each on both sides */
+            bytes[nb++] = 64 * (size_t)n - 1, bytes[nb++] = 64 * (size_t)n;
+            bytes[nb++] = 64 * (size_t)n + 1, bytes[nb++] = smalls[mi];
+            bytes[nb++] = smalls[mi] + 1, bytes[nb++] = smalls[mi] ? smalls[mi] - 1 : 0;
+            for (size_t bi = 0; bi < nb; bi++)
+                for (int conf = 0; conf < GFC_ALLREDUCE_COUNT; conf++)
+                    for (int asked = 0; asked < GFC_ALLREDUCE_COUNT; asked++)
+                        for (int codec = 0; codec < 2; codec++) {
+                            c.allreduce_algo = (gfc_allreduce_algo_t)conf;
+                            gfc_allreduce_algo_t want = select_expected(
+                                &c, n, bytes[bi], (gfc_allreduce_algo_t)asked, codec);
+                            gfc_allreduce_algo_t got = gfc_allreduce_select(
+                                &c, n, bytes[bi], (gfc_allreduce_algo_t)asked, codec);
+                            cases_run++;
+                            if (got != want && wrong++ < 10)
+                                diag("%d members, %zu bytes, small %zu, configured %s, asked %s, "
+                                     "codec %d: %s, expected %s",
+                                     n, bytes[bi], smalls[mi],
+                                     gfc_allreduce_algo_name((gfc_allreduce_algo_t)conf),
+                                     gfc_allreduce_algo_name((gfc_allreduce_algo_t)asked), codec,
+                                     gfc_allreduce_algo_name(got), gfc_allreduce_algo_name(want));
+                        }
+        }
+    }
+    ok(wrong == 0, "the table chooses as the rule it replaced: %ld of %ld choices differ", wrong,
+       cases_run);
+}
+
 /* ---- parameters -------------------------------------------------------------------------- */
 
 static void test_config(void)
@@ -443,6 +539,22 @@ static void test_self_collectives(gfc_runtime_t *rt)
                gfc_allreduce_algo_name((gfc_allreduce_algo_t)a), gfc_redop_name((gfc_redop_t)op));
         }
     }
+    /* with a codec (never called on one member): refused by recursive doubling only */
+    static const gfc_codec_ops_t unused_ops = {.name = "unused"};
+    gfc_codec_t codec = {&unused_ops, NULL};
+    for (int a = 0; a < GFC_ALLREDUCE_COUNT; a++) {
+        gfc_allreduce_opts_t opts = {.algo = (gfc_allreduce_algo_t)a, .codec = &codec};
+        memset(out, 0xff, sizeof(out));
+        tdl_status_t st = gfc_allreduce(&g, in, out, 5, GFC_DT_F32, GFC_OP_SUM, &opts);
+        if (a == GFC_ALLREDUCE_RECURSIVE_DOUBLING)
+            ok(st == TDL_ERR_INVALID_ARG &&
+                   strstr(tdl_error_get(), "recursive doubling takes no codec") != NULL,
+               "allreduce recursive_doubling with a codec is refused: %s", tdl_error_get());
+        else
+            ok(st == TDL_OK && memcmp(in, out, sizeof(in)) == 0,
+               "allreduce %s with a codec on a group of one returns the input",
+               gfc_allreduce_algo_name((gfc_allreduce_algo_t)a));
+    }
     int64_t iv[3] = {1, -2, (int64_t)1 << 60};
     int64_t iv0[3];
     memcpy(iv0, iv, sizeof(iv));
@@ -548,6 +660,7 @@ int main(void)
     test_f16();
     test_reduce_local();
     test_names();
+    test_select();
     test_config();
     test_bad_runtime_config();
 

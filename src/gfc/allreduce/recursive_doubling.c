@@ -85,8 +85,9 @@ static tdl_status_t rd_progress(gfc_request_t *req)
 }
 
 tdl_status_t gfc_allreduce_recursive_doubling_start(gfc_group_t *g, const void *send, void *recv,
-                                                    size_t count, gfc_dtype_t dtype,
-                                                    gfc_redop_t op, gfc_request_t **req_out)
+                                                    size_t count, gfc_dtype_t dtype, gfc_redop_t op,
+                                                    const gfc_codec_t *codec,
+                                                    gfc_request_t **req_out)
 {
     gfc_request_t *req;
     tdl_status_t st = gfc_request_create(g, "allreduce/recursive_doubling", rd_progress,

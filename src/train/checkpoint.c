@@ -1,0 +1,159 @@
+/* Training checkpoints (doc/checkpoint.md): everything a run needs to continue bit for bit,
+ * copied out of the trainer at a step boundary and written as one HDF5 file. */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/ckpt.h"
+#include "dit/dit.h"
+#include "train/train.h"
+#include "train/train_internal.h"
+
+/* Everything a checkpoint holds, copied out of the trainer at a step boundary: what the
+ * background writer writes while training goes on. */
+struct train_ckpt_state {
+    const dit_model_t *model; /* names and shapes only (they never change) */
+    size_t np;
+    float *buf;      /* params | ema | adamw m | adamw v, np each */
+    float *residual; /* the sum over ranks of the error-feedback residuals, or NULL */
+    float loss[TRAIN_LOSS_HISTORY][2];
+    int nloss;
+    int64_t step, adamw_step, epoch, pos, world_size;
+    uint64_t seed;
+    int batch;
+    float lr;
+    int64_t warmup;
+};
+
+void train_ckpt_state_free(train_ckpt_state_t *cs)
+{
+    if (cs) {
+        free(cs->buf);
+        free(cs->residual);
+        free(cs);
+    }
+}
+
+tdl_status_t train_checkpoint_capture(train_trainer_t *tr, int world_size,
+                                      const float *residual_sum, train_ckpt_state_t **out)
+{
+    dit_model_t *m = tr->model;
+    size_t np = m->num_params;
+    train_ckpt_state_t *cs = *out;
+    if (!cs && !(cs = calloc(1, sizeof(*cs))))
+        return tdl_error_raise(TDL_ERR_NOMEM, "checkpoint: out of memory");
+    if (!cs->buf && !(cs->buf = malloc(4 * np * sizeof(float)))) {
+        train_ckpt_state_free(cs);
+        *out = NULL;
+        return tdl_error_raise(TDL_ERR_NOMEM, "checkpoint: no memory for a copy of the state");
+    }
+    if (residual_sum && !cs->residual && !(cs->residual = malloc(np * sizeof(float)))) {
+        train_ckpt_state_free(cs);
+        *out = NULL;
+        return tdl_error_raise(TDL_ERR_NOMEM, "checkpoint: no memory for the residual");
+    }
+    cs->model = m, cs->np = np;
+    memcpy(cs->buf, m->params, np * sizeof(float));
+    memcpy(cs->buf + np, tr->ema, np * sizeof(float));
+    memcpy(cs->buf + 2 * np, tr->opt.m, np * sizeof(float));
+    memcpy(cs->buf + 3 * np, tr->opt.v, np * sizeof(float));
+    if (residual_sum)
+        memcpy(cs->residual, residual_sum, np * sizeof(float));
+    else if (cs->residual)
+        free(cs->residual), cs->residual = NULL;
+    /* the loss ring, oldest first */
+    int64_t first = TDL_MAX(0, tr->loss_count - TRAIN_LOSS_HISTORY);
+    cs->nloss = (int)(tr->loss_count - first);
+    for (int i = 0; i < cs->nloss; i++)
+        memcpy(cs->loss[i], tr->loss_hist[(first + i) % TRAIN_LOSS_HISTORY], sizeof(cs->loss[i]));
+    uint64_t epoch, pos;
+    train_sampler_cursor(&tr->sampler, &epoch, &pos);
+    cs->step = tr->step, cs->adamw_step = (int64_t)tr->opt.step;
+    cs->epoch = (int64_t)epoch, cs->pos = (int64_t)pos, cs->world_size = world_size;
+    cs->seed = tr->opts.seed, cs->batch = tr->opts.batch;
+    cs->lr = tr->opts.lr, cs->warmup = tr->opts.warmup;
+    *out = cs;
+    return TDL_OK;
+}
+
+tdl_status_t train_checkpoint_write(const train_ckpt_state_t *cs, const char *path)
+{
+    const dit_model_t *m = cs->model;
+    size_t np = cs->np;
+    ckpt_tensor_t *pt = train_tensors_of(m, cs->buf), *et = train_tensors_of(m, cs->buf + np);
+    ckpt_tensor_t *mt = train_tensors_of(m, cs->buf + 2 * np);
+    ckpt_tensor_t *vt = train_tensors_of(m, cs->buf + 3 * np);
+    ckpt_tensor_t *rt = cs->residual ? train_tensors_of(m, cs->residual) : NULL;
+    tdl_status_t st;
+    if (!pt || !et || !mt || !vt || (cs->residual && !rt)) {
+        st = tdl_error_raise(TDL_ERR_NOMEM, "checkpoint %s: out of memory", path);
+        goto out;
+    }
+    /* /train: where training stands. Every random stream is counter-based (Philox keyed by the
+     * seed and a stream id, or a hash of the step), so its position follows from the step: the
+     * attributes name the streams and their next counters. */
+    float loss_empty[1][2] = {{0, 0}};
+    ckpt_tensor_t lh = {.name = "loss_history",
+                        .ndim = 2,
+                        .shape = {TDL_MAX(cs->nloss, 1), 2},
+                        .data = cs->nloss ? (float *)cs->loss : (float *)loss_empty};
+    const ckpt_attr_t train_attrs[] = {
+        {.key = "step", .type = CKPT_ATTR_INT, .i = cs->step},
+        {.key = "adamw_step", .type = CKPT_ATTR_INT, .i = cs->adamw_step},
+        {.key = "data_epoch", .type = CKPT_ATTR_INT, .i = cs->epoch},
+        {.key = "data_position", .type = CKPT_ATTR_INT, .i = cs->pos},
+        {.key = "lr", .type = CKPT_ATTR_DOUBLE, .d = cs->lr},
+        {.key = "lr_schedule", .type = CKPT_ATTR_STRING, .s = "linear warm-up, then constant"},
+        {.key = "lr_warmup_steps", .type = CKPT_ATTR_INT, .i = cs->warmup},
+        {.key = "lr_at_step",
+         .type = CKPT_ATTR_DOUBLE,
+         .d = train_lr_at((uint64_t)cs->step, cs->lr, (uint64_t)cs->warmup)},
+        {.key = "rng_sample_stream",
+         .type = CKPT_ATTR_INT,
+         .i = (int64_t)(cs->seed ^ TRAIN_STREAM_SAMPLE)},
+        {.key = "rng_sample_next", .type = CKPT_ATTR_INT, .i = cs->step * cs->batch},
+        {.key = "rng_data_order_epoch", .type = CKPT_ATTR_INT, .i = cs->epoch},
+        {.key = "rng_codec_step", .type = CKPT_ATTR_INT, .i = cs->step},
+        {.key = "loss_history_rows", .type = CKPT_ATTR_INT, .i = cs->nloss},
+    };
+    ckpt_group_t extra[4] = {
+        {"optim/adamw/m", mt, m->ninfos, NULL, 0},
+        {"optim/adamw/v", vt, m->ninfos, NULL, 0},
+        {"train", &lh, 1, train_attrs, (int)TDL_ARRAY_SIZE(train_attrs)},
+        {"codec/residual", rt, m->ninfos, NULL, 0},
+    };
+    ckpt_attr_t attrs[TRAIN_CONFIG_ATTRS + 5];
+    int na = train_config_attrs(&m->config, attrs);
+    /* as in a weights file: one reader for both */
+    char *json = train_config_json(&m->config);
+    if (!json) {
+        st = tdl_error_raise(TDL_ERR_NOMEM, "checkpoint %s: out of memory", path);
+        goto out;
+    }
+    attrs[na++] = (ckpt_attr_t){.key = "config_json", .type = CKPT_ATTR_STRING, .s = json};
+    const ckpt_attr_t state[] = {
+        /* also at the root, where older tidal and simple scripts look */
+        {.key = "step", .type = CKPT_ATTR_INT, .i = cs->step},
+        {.key = "seed", .type = CKPT_ATTR_INT, .i = (int64_t)cs->seed},
+        {.key = "batch", .type = CKPT_ATTR_INT, .i = cs->batch},
+        {.key = "world_size", .type = CKPT_ATTR_INT, .i = cs->world_size},
+    };
+    memcpy(attrs + na, state, sizeof(state));
+    na += (int)TDL_ARRAY_SIZE(state);
+    st = ckpt_file_write(path, pt, et, m->ninfos, extra, rt ? 4 : 3, attrs, na);
+    free(json);
+out:
+    free(pt), free(et), free(mt), free(vt), free(rt);
+    return st;
+}
+
+tdl_status_t train_checkpoint_save(train_trainer_t *tr, const char *path, int world_size)
+{
+    train_ckpt_state_t *cs = NULL;
+    tdl_status_t st = train_checkpoint_capture(tr, world_size, NULL, &cs);
+    if (st == TDL_OK)
+        st = train_checkpoint_write(cs, path);
+    train_ckpt_state_free(cs);
+    return st;
+}
