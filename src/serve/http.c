@@ -1,7 +1,7 @@
 /* The HTTP/1.1 front door of `tidal serve` (libmicrohttpd, one thread per connection) with
  * JSON through jansson: POST /v1/images, GET /v1/images/{id}, GET /metrics, GET /healthz.
- * Also the request validator and the trace reader, which share the JSON format. Every error
- * answer is {"error": "...", "field": "..."} naming the field at fault; doc/serving.md. */
+ * Bodies go through the request validator (request.c). Every error answer is
+ * {"error": "...", "field": "..."} naming the field at fault; doc/serving.md. */
 #include "config.h"
 
 #include <errno.h>
@@ -17,277 +17,13 @@
 #include <microhttpd.h>
 
 #include "serve/serve.h"
+#include "serve/serve_internal.h"
 
 #if MHD_VERSION >= 0x00097002
 typedef enum MHD_Result http_result_t;
 #else
 typedef int http_result_t;
 #endif
-
-/* ==== requests ================================================================================ */
-
-static tdl_status_t field_error(serve_field_error_t *err, const char *field, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static tdl_status_t field_error(serve_field_error_t *err, const char *field, const char *fmt, ...)
-{
-    va_list ap;
-    snprintf(err->field, sizeof(err->field), "%s", field);
-    va_start(ap, fmt);
-    vsnprintf(err->message, sizeof(err->message), fmt, ap);
-    va_end(ap);
-    return tdl_error_raise(TDL_ERR_INVALID_ARG, "%s", err->message);
-}
-
-static const char *json_type_name(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a real number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    case JSON_NULL: return "null";
-    }
-    return "?";
-}
-
-static const char *const request_fields[] = {"id",  "label", "n",        "resolution",  "steps",
-                                             "cfg", "seed",  "priority", "deadline_ms", "sampler"};
-
-/* Reads integer field `name` in [min, max]; absent or null keeps *out. */
-static tdl_status_t get_int(json_t *obj, const char *name, int64_t min, int64_t max, int64_t *out,
-                            serve_field_error_t *err)
-{
-    json_t *v = json_object_get(obj, name);
-    if (!v || json_is_null(v))
-        return TDL_OK;
-    if (!json_is_integer(v))
-        return field_error(err, name, "'%s' must be an integer, got %s", name, json_type_name(v));
-    json_int_t x = json_integer_value(v);
-    if (x < min || x > max)
-        return field_error(err, name, "'%s' must be in [%lld, %lld], got %lld", name,
-                           (long long)min, (long long)max, (long long)x);
-    *out = x;
-    return TDL_OK;
-}
-
-static bool id_chars_valid(const char *s, size_t len)
-{
-    if (len < 1 || len > SERVE_ID_MAX)
-        return false;
-    for (size_t i = 0; i < len; i++) {
-        char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '-' || c == '_' || c == '.'))
-            return false;
-    }
-    return true;
-}
-
-/* "." and ".." are made of id characters but are dot-segments: a client that normalizes URLs
- * (RFC 3986, 5.2.4) sends /v1/images/.. as /v1/, so such a request could not be read back. */
-static bool id_is_dot_segment(const char *s, size_t len)
-{
-    return (len == 1 && s[0] == '.') || (len == 2 && s[0] == '.' && s[1] == '.');
-}
-
-#define ID_DOT_MESSAGE "an id may not be '.' or '..' (URL-normalizing clients cannot reach it)"
-
-/* A field name from the client, printable and short, for messages. */
-static void printable(char *dst, size_t size, const char *src)
-{
-    size_t i = 0;
-    for (; src[i] && i + 1 < size; i++)
-        dst[i] = (src[i] >= 0x20 && src[i] < 0x7f) ? src[i] : '?';
-    dst[i] = '\0';
-}
-
-static tdl_status_t request_from_json(json_t *root, const serve_limits_t *lim,
-                                      const char *extra_key, serve_request_params_t *p,
-                                      int64_t *extra, serve_field_error_t *err)
-{
-    if (!json_is_object(root))
-        return field_error(err, "body", "the body must be a JSON object, got %s",
-                           json_type_name(root));
-    const char *key;
-    json_t *v;
-    json_object_foreach(root, key, v)
-    {
-        bool known = extra_key && strcmp(key, extra_key) == 0;
-        for (size_t i = 0; !known && i < TDL_ARRAY_SIZE(request_fields); i++)
-            known = strcmp(key, request_fields[i]) == 0;
-        if (!known) {
-            char name[64];
-            printable(name, sizeof(name), key);
-            return field_error(err, name,
-                               "unknown field '%s' (known: id, label, n, resolution, steps, cfg, "
-                               "seed, priority, deadline_ms, sampler)",
-                               name);
-        }
-    }
-    memset(p, 0, sizeof(*p));
-    int64_t label = -1, n = 1, res = lim->default_resolution, steps = lim->default_steps;
-    int64_t seed = -1, prio = 0, deadline = 0;
-    tdl_status_t st;
-    if ((st = get_int(root, "label", -1, lim->num_classes - 1, &label, err)) ||
-        (st = get_int(root, "n", 1, SERVE_MAX_IMAGES, &n, err)) ||
-        (st = get_int(root, "resolution", INT64_MIN, INT64_MAX, &res, err)) ||
-        (st = get_int(root, "steps", 1, SERVE_MAX_STEPS, &steps, err)) ||
-        (st = get_int(root, "seed", 0, (int64_t)SERVE_MAX_SEED, &seed, err)) ||
-        (st = get_int(root, "priority", -SERVE_MAX_PRIORITY, SERVE_MAX_PRIORITY, &prio, err)) ||
-        (st = get_int(root, "deadline_ms", 0, SERVE_MAX_DEADLINE_MS, &deadline, err)))
-        return st;
-    if ((res != 32 && res != 64 && res != 128) || res > lim->max_resolution)
-        return field_error(err, "resolution",
-                           "'resolution' must be 32, 64 or 128 (at most %d "
-                           "on this server), got %lld",
-                           lim->max_resolution, (long long)res);
-    double cfg = lim->default_cfg;
-    if ((v = json_object_get(root, "cfg")) && !json_is_null(v)) {
-        if (!json_is_number(v))
-            return field_error(err, "cfg", "'cfg' must be a number, got %s", json_type_name(v));
-        cfg = json_number_value(v);
-        if (!(cfg >= 0 && cfg <= SERVE_MAX_CFG))
-            return field_error(err, "cfg", "'cfg' must be in [0, %g], got %g", SERVE_MAX_CFG, cfg);
-    }
-    p->sampler = DIT_SAMPLER_HEUN;
-    if ((v = json_object_get(root, "sampler")) && !json_is_null(v)) {
-        if (!json_is_string(v))
-            return field_error(err, "sampler", "'sampler' must be a string, got %s",
-                               json_type_name(v));
-        if (strcmp(json_string_value(v), "euler") == 0)
-            p->sampler = DIT_SAMPLER_EULER;
-        else if (strcmp(json_string_value(v), "heun") != 0)
-            return field_error(err, "sampler", "'sampler' must be \"euler\" or \"heun\"");
-    }
-    if ((v = json_object_get(root, "id")) && !json_is_null(v)) {
-        if (!json_is_string(v))
-            return field_error(err, "id", "'id' must be a string, got %s", json_type_name(v));
-        if (!id_chars_valid(json_string_value(v), json_string_length(v)))
-            return field_error(err, "id", "'id' must be 1 to %d characters of A-Z a-z 0-9 . _ -",
-                               SERVE_ID_MAX);
-        if (id_is_dot_segment(json_string_value(v), json_string_length(v)))
-            return field_error(err, "id", "'id': " ID_DOT_MESSAGE);
-        memcpy(p->id, json_string_value(v), json_string_length(v) + 1);
-    }
-    if (extra_key) {
-        int64_t x = -1;
-        if ((v = json_object_get(root, extra_key)) == NULL || json_is_null(v))
-            return field_error(err, extra_key, "'%s' is missing", extra_key);
-        if ((st = get_int(root, extra_key, 0, INT64_C(1) << 40, &x, err)) != TDL_OK)
-            return st;
-        *extra = x;
-    }
-    p->label = (int)label, p->n = (int)n, p->resolution = (int)res, p->steps = (int)steps;
-    p->cfg = cfg;
-    p->has_seed = seed >= 0;
-    p->seed = p->has_seed ? (uint64_t)seed : 0;
-    p->priority = (int)prio;
-    p->deadline_ms = deadline;
-    return TDL_OK;
-}
-
-tdl_status_t serve_request_parse(const char *text, size_t len, const serve_limits_t *limits,
-                                 const char *extra_key, serve_request_params_t *params_out,
-                                 int64_t *extra_out, serve_field_error_t *err)
-{
-    if (len == 0)
-        return field_error(err, "body", "the body is empty: send a JSON object");
-    json_error_t je;
-    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
-    if (!root)
-        return field_error(err, "body", "invalid JSON at line %d, column %d: %s", je.line,
-                           je.column, je.text);
-    serve_request_params_t p;
-    int64_t extra = 0;
-    tdl_status_t st = request_from_json(root, limits, extra_key, &p, &extra, err);
-    json_decref(root);
-    if (st != TDL_OK)
-        return st;
-    *params_out = p;
-    if (extra_key)
-        *extra_out = extra;
-    return TDL_OK;
-}
-
-/* ==== traces ================================================================================== */
-
-static int trace_cmp(const void *a, const void *b)
-{
-    const serve_trace_entry_t *x = a, *y = b;
-    if (x->at_ms != y->at_ms)
-        return x->at_ms < y->at_ms ? -1 : 1;
-    return (x->line > y->line) - (x->line < y->line);
-}
-
-tdl_status_t serve_trace_load(const char *path, const serve_limits_t *limits,
-                              serve_trace_t *trace_out)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return tdl_error_raise(TDL_ERR_NOT_FOUND, "cannot open trace '%s': %s", path,
-                               strerror(errno));
-    serve_trace_entry_t *e = NULL;
-    size_t n = 0, cap = 0, size = 0;
-    char *line = NULL;
-    ssize_t got;
-    long lineno = 0;
-    tdl_status_t st = TDL_OK;
-    while ((got = getline(&line, &size, f)) >= 0) {
-        lineno++;
-        size_t len = (size_t)got;
-        while (len && strchr(" \t\r\n", line[len - 1]))
-            len--;
-        size_t skip = 0;
-        while (skip < len && (line[skip] == ' ' || line[skip] == '\t'))
-            skip++;
-        if (skip == len)
-            continue;
-        if (n == cap) {
-            size_t c2 = cap ? 2 * cap : 256;
-            serve_trace_entry_t *e2 = realloc(e, c2 * sizeof(*e));
-            if (!e2) {
-                st = tdl_error_raise(TDL_ERR_NOMEM, "trace '%s': out of memory", path);
-                goto out;
-            }
-            e = e2, cap = c2;
-        }
-        serve_field_error_t err;
-        st = serve_request_parse(line + skip, len - skip, limits, "at_ms", &e[n].params,
-                                 &e[n].at_ms, &err);
-        if (st != TDL_OK) {
-            st = tdl_error_raise(TDL_ERR_INVALID_ARG, "%s:%ld: field '%s': %s", path, lineno,
-                                 err.field, err.message);
-            goto out;
-        }
-        e[n].line = lineno;
-        n++;
-    }
-    if (ferror(f))
-        st = tdl_error_raise(TDL_ERR_IO, "cannot read trace '%s': %s", path, strerror(errno));
-out:
-    free(line);
-    fclose(f);
-    if (st != TDL_OK) {
-        free(e);
-        return st;
-    }
-    if (n)
-        qsort(e, n, sizeof(*e), trace_cmp);
-    trace_out->count = n;
-    trace_out->entries = e;
-    return TDL_OK;
-}
-
-void serve_trace_free(serve_trace_t *trace)
-{
-    free(trace->entries);
-    trace->entries = NULL;
-    trace->count = 0;
-}
 
 /* ==== the server ============================================================================== */
 
@@ -344,8 +80,8 @@ static http_result_t reply(serve_http_t *h, struct MHD_Connection *c, unsigned c
     http_count(h, code);
     if (TDL_LOG_INFO <= tdl_log_get_level()) {
         char m[16], u[160]; /* a decoded URL may hold anything, line feeds too */
-        printable(m, sizeof(m), method);
-        printable(u, sizeof(u), url);
+        serve_printable(m, sizeof(m), method);
+        serve_printable(u, sizeof(u), url);
         tdl_log_write(TDL_LOG_INFO, "http %s %s -> %u", m, u, code);
     }
     return ret;
@@ -416,7 +152,7 @@ static route_t route_of(const char *url, char id_out[SERVE_ID_MAX + 1])
     if (strncmp(url, prefix, sizeof(prefix) - 1) == 0) {
         const char *id = url + sizeof(prefix) - 1;
         size_t len = strlen(id);
-        if (id_chars_valid(id, len)) {
+        if (serve_id_valid(id, len)) {
             memcpy(id_out, id, len + 1);
             return ROUTE_IMAGE;
         }
@@ -501,11 +237,11 @@ static http_result_t query_arg(void *cls, enum MHD_ValueKind kind, const char *k
         key = "query";
     } else {
         char name[48];
-        printable(name, sizeof(name), key);
+        serve_printable(name, sizeof(name), key);
         snprintf(q->why, sizeof(q->why), "unknown query argument '%s'", name);
     }
     if (q->why[0])
-        printable(q->bad, sizeof(q->bad), key);
+        serve_printable(q->bad, sizeof(q->bad), key);
     return MHD_YES;
 }
 
@@ -790,7 +526,7 @@ static bool answer_malformed(serve_http_t *h, struct MHD_Connection *c, const ch
     char msg[160], coding[48];
     const char *field = "Transfer-Encoding";
     unsigned code = 400;
-    printable(coding, sizeof(coding), hs.coding ? hs.coding : "");
+    serve_printable(coding, sizeof(coding), hs.coding ? hs.coding : "");
     if (nul_field) {
         field = nul_field;
         snprintf(msg, sizeof(msg), "the %s holds %%00, a NUL once decoded", nul_field);
@@ -828,7 +564,7 @@ static bool answer_early(serve_http_t *h, struct MHD_Connection *c, const char *
     hc->route = route_of(url, hc->id);
     if (hc->route == ROUTE_NONE) {
         char u[80];
-        printable(u, sizeof(u), url);
+        serve_printable(u, sizeof(u), url);
         *ret = reply(h, c, 404,
                      response_error("path", NULL,
                                     "no such path '%s' (POST /v1/images, GET /v1/images/ID, "
@@ -839,7 +575,7 @@ static bool answer_early(serve_http_t *h, struct MHD_Connection *c, const char *
     }
     if (!route_allows(hc->route, method)) {
         char m[24];
-        printable(m, sizeof(m), method);
+        serve_printable(m, sizeof(m), method);
         struct MHD_Response *r = response_error("method", NULL, "%s is not allowed here: use %s", m,
                                                 route_allow(hc->route));
         if (r)
@@ -855,8 +591,8 @@ static bool answer_early(serve_http_t *h, struct MHD_Connection *c, const char *
         *ret = reply(h, c, 401, r, method, url);
         return true;
     }
-    if (hc->route == ROUTE_IMAGE && id_is_dot_segment(hc->id, strlen(hc->id))) {
-        *ret = reply_error(h, c, 400, method, url, "id", ID_DOT_MESSAGE);
+    if (hc->route == ROUTE_IMAGE && serve_id_is_dot_segment(hc->id, strlen(hc->id))) {
+        *ret = reply_error(h, c, 400, method, url, "id", SERVE_ID_DOT_MESSAGE);
         return true;
     }
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");

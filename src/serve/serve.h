@@ -1,6 +1,7 @@
-/* tidal serve: requests, their table and queue, the HTTP front door, traces, trajectory tasks,
- * executors, state migration and PNG output, each part in a section of its own below.
- * doc/serving.md describes the API as clients see it. */
+/* tidal serve: requests, their table and queue, the HTTP front door, traces, PNG output,
+ * trajectory tasks, state migration, executors and rank 0's dispatcher, each part in a section of
+ * its own below naming its file. The messages between rank 0 and the executors are encoded in
+ * src/serve/wire.h. doc/serving.md describes the API as clients see it. */
 #ifndef TIDAL_SERVE_H
 #define TIDAL_SERVE_H
 
@@ -16,7 +17,7 @@
 extern "C" {
 #endif
 
-/* ==== requests ================================================================================ */
+/* ==== requests (src/serve/request.c) ========================================================== */
 
 /* The limits every request is checked against (doc/serving.md lists them for clients). */
 #define SERVE_ID_MAX          64                 /* ids: 1..64 of [A-Za-z0-9._-] */
@@ -58,6 +59,19 @@ typedef struct serve_field_error {
     char field[64];
     char message[SERVE_ERROR_MAX];
 } serve_field_error_t;
+
+/* The guidance rule: a request is guided when it names a class (label >= 0) and a scale other
+ * than 1; an unconditional one samples with cfg 1, since guidance would mix two equal halves. */
+static inline bool serve_guided(int label, double cfg)
+{
+    return label >= 0 && cfg != 1.0;
+}
+
+/* The guidance scale a request samples with: its cfg when guided, 1 otherwise. */
+static inline double serve_cfg_used(int label, double cfg)
+{
+    return serve_guided(label, cfg) ? cfg : 1.0;
+}
 
 /* Parses and checks one request, a JSON object of len bytes (no NUL needed). Unknown fields,
  * wrong types and out-of-range values are TDL_ERR_INVALID_ARG with *err naming the field.
@@ -204,7 +218,7 @@ int serve_http_port(const serve_http_t *http);
  * so that no handler is left waiting. */
 void serve_http_stop(serve_http_t *http);
 
-/* ==== traces (src/serve/http.c) =============================================================== */
+/* ==== traces (src/serve/trace.c) ============================================================== */
 
 /* A JSON-lines file: one request object a line with "at_ms", its arrival in milliseconds from
  * the start; blank lines are skipped. Entries are sorted by at_ms (stable). Errors name the
@@ -224,7 +238,7 @@ tdl_status_t serve_trace_load(const char *path, const serve_limits_t *limits,
                               serve_trace_t *trace_out);
 void serve_trace_free(serve_trace_t *trace);
 
-/* ==== PNG (src/serve/png.c) ================================================================== */
+/* ==== PNG (src/serve/png.c) =================================================================== */
 
 /* Images float [n, channels, height, width] with values in [-1, 1] (clamped; NaN counts as -1;
  * pixel = round((v + 1) * 127.5)) laid out row by row in a grid of min(ncols, n) columns and
@@ -242,12 +256,6 @@ tdl_status_t serve_png_write_grid(const char *path, const float *images, int n, 
 tdl_status_t serve_png_encode(const float *images, int n, int channels, int height, int width,
                               int ncols, int pad, unsigned char **png_out, size_t *len_out);
 
-/* ==== executors (src/serve/executor.c) ======================================================== */
-
-/* The members of `group` as the exchanges of dit_sp_forward: every member calls it with the
- * same inputs and gets the whole output. */
-void serve_sp_comm(dit_sp_comm_t *comm, gfc_group_t *group);
-
 /* ==== trajectory tasks (src/serve/task.c) ===================================================== */
 
 /* What a request asks for. */
@@ -257,7 +265,7 @@ typedef struct serve_traj_spec {
     int res;     /* 32, 64 or 128 */
     int steps;   /* Euler steps from noise (t = 1) to data (t = 0) */
     int label;   /* class, or -1 for none (the null class) */
-    float cfg;   /* classifier-free guidance scale (1: none) */
+    float cfg;   /* guidance scale used, serve_cfg_used(); guided when serve_guided(label, cfg) */
     int sampler; /* dit_sampler_kind_t: Euler or Heun */
     int priority;
     double deadline_ms; /* after arrival; 0: none */
@@ -348,7 +356,7 @@ tdl_status_t serve_reshard(gfc_runtime_t *rt, int me, const int *a, int na, cons
 tdl_status_t serve_traj_migrate(gfc_runtime_t *rt, int me, const int *a, int na, const int *b,
                                 int nb, uint64_t ns, serve_traj_t *t);
 
-/* ==== running tasks on executor ranks (src/serve/dispatch.c) ================================= */
+/* ==== commands between rank 0 and the executors (encoded by src/serve/wire.h) ================= */
 
 #define SERVE_MAX_DEGREE 8
 
@@ -360,6 +368,12 @@ typedef struct serve_ctl_msg {
     uint32_t op, len;
     unsigned char data[SERVE_USER_BYTES];
 } serve_ctl_msg_t;
+
+/* ==== executors (src/serve/executor.c) ======================================================== */
+
+/* The members of `group` as the exchanges of dit_sp_forward: every member calls it with the
+ * same inputs and gets the whole output. */
+void serve_sp_comm(dit_sp_comm_t *comm, gfc_group_t *group);
 
 /* An executor rank's side: its inbox of commands from rank 0, the outbox of its reports, and
  * the states of the requests it holds. */
@@ -387,6 +401,8 @@ tdl_status_t serve_worker_report(serve_worker_t *w, const void *buf, size_t len)
  * DECODE, a status after the others. */
 tdl_status_t serve_executor_loop(gfc_runtime_t *rt, int me, const dit_model_t *model);
 
+/* ==== rank 0's dispatcher (src/serve/dispatch.c) ============================================== */
+
 /* One task to run, as rank 0 gives it. Ranks are world ranks (executors: 1 .. N-1). */
 typedef struct serve_task_cmd {
     serve_task_kind_t kind; /* PREPARE, STEP_CHUNK or DECODE */
@@ -410,8 +426,8 @@ typedef struct serve_inflight {
     bool active;
     gfc_group_t back;
     gfc_request_t *req;
-    int32_t ack;        /* the report of a task other than DECODE: 0 when it ran */
-    unsigned char *png; /* DECODE's answer (the caller frees it once returned by poll) */
+    unsigned char ack[4]; /* the report of a task other than DECODE (wire.h's ack) */
+    unsigned char *png;   /* DECODE's answer (the caller frees it once returned by poll) */
     size_t png_len;
     tdl_status_t status; /* TDL_OK: the task ran (and, after DECODE, png_len > 0) */
 } serve_inflight_t;

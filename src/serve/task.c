@@ -24,8 +24,7 @@ tdl_status_t serve_traj_init(serve_traj_t *t, const serve_traj_spec_t *spec, int
 {
     memset(t, 0, sizeof(*t));
     if (spec->n < 1 || spec->n > SERVE_MAX_IMAGES || spec->steps < 1 ||
-        (spec->res != 32 && spec->res != 64 && spec->res != 128) || spec->cfg < 0 ||
-        channels < 1)
+        (spec->res != 32 && spec->res != 64 && spec->res != 128) || spec->cfg < 0 || channels < 1)
         return tdl_error_raise(TDL_ERR_INVALID_ARG,
                                "request %llu: %d images of %d pixels in %d steps (guidance %g): "
                                "images 1 to %d, resolution 32, 64 or 128, steps >= 1",
@@ -98,7 +97,7 @@ static tdl_status_t traj_velocity(const dit_model_t *m, gfc_group_t *g, bool cfg
                                   const serve_traj_t *t, const float *x, float time, float *v)
 {
     int n = t->n, null = m->config.num_classes;
-    bool guided = t->spec.cfg != 1.0f;
+    bool guided = serve_guided(t->spec.label, t->spec.cfg);
     size_t per = (size_t)t->channels * t->res * t->res, nv = (size_t)n * per;
     int label = t->spec.label < 0 || t->spec.label > null ? null : t->spec.label;
     float *out = malloc(2 * nv * sizeof(float));

@@ -1,0 +1,339 @@
+/* The one encoding of the messages between the dispatcher and the executors (wire.h). Every
+ * field is written by put_* and read by get_*, little-endian, through a cursor that never passes
+ * the end of its buffer.
+ *
+ *   command   u32 op, then
+ *     task    u32 kind, i32 steps, u8 flags (1: move, 2: cfg_parallel), u8 nranks, u8 nprev,
+ *             u8 0, u64 seq, i32 ranks[nranks], i32 prev[nprev], the spec: u64 id, u64 seed,
+ *             i32 n, i32 res, i32 steps, i32 label, f32 cfg, i32 sampler, i32 priority,
+ *             f64 deadline_ms
+ *     other   u32 len, u8 data[len]
+ *   ack       i32 status */
+#include "config.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "gfc/gfc.h"
+#include "serve/serve.h"
+#include "serve/wire.h"
+
+#define FLAG_MOVE         1u
+#define FLAG_CFG_PARALLEL 2u
+#define TASK_FIXED_BYTES  (4 + 4 + 4 + 8 + SPEC_BYTES) /* after the op, without the rank lists */
+#define SPEC_BYTES        (8 + 8 + 4 * 4 + 4 + 4 + 4 + 8)
+
+_Static_assert(TASK_FIXED_BYTES + 2 * 4 * SERVE_MAX_DEGREE <= SERVE_WIRE_CMD_MAX &&
+                   4 + 4 + SERVE_USER_BYTES <= SERVE_WIRE_CMD_MAX,
+               "SERVE_WIRE_CMD_MAX holds every command");
+_Static_assert(SERVE_MAX_DEGREE <= UINT8_MAX, "rank counts travel as one byte");
+/* a field added to serve_traj_spec_t needs its place in put_spec and get_spec */
+_Static_assert(sizeof(serve_traj_spec_t) == 56, "serve_traj_spec_t as the wire knows it");
+_Static_assert(sizeof(((serve_inflight_t *)0)->ack) == SERVE_WIRE_ACK_BYTES,
+               "serve_inflight_t receives an ack whole");
+
+tdl_status_t serve_wire_pair_group(gfc_runtime_t *rt, int worker, uint64_t ns, int pair[2],
+                                   gfc_group_t *g)
+{
+    pair[0] = 0, pair[1] = worker;
+    return gfc_group_init(g, rt, pair, 2, ns);
+}
+
+uint64_t serve_wire_task_ns(uint64_t base, uint64_t id, uint64_t seq)
+{
+    uint64_t z = base ^ (id * 0x9e3779b97f4a7c15ull) ^ (seq * 0xbf58476d1ce4e5b9ull);
+    z = (z ^ (z >> 31)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 29);
+}
+
+/* ---- writing --------------------------------------------------------------------------------- */
+
+static unsigned char *put_u8(unsigned char *p, uint8_t v)
+{
+    *p = v;
+    return p + 1;
+}
+
+static unsigned char *put_u32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+    return p + 4;
+}
+
+static unsigned char *put_u64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+    return p + 8;
+}
+
+static unsigned char *put_i32(unsigned char *p, int32_t v)
+{
+    return put_u32(p, (uint32_t)v);
+}
+
+static unsigned char *put_f32(unsigned char *p, float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, sizeof(u));
+    return put_u32(p, u);
+}
+
+static unsigned char *put_f64(unsigned char *p, double v)
+{
+    uint64_t u;
+    memcpy(&u, &v, sizeof(u));
+    return put_u64(p, u);
+}
+
+static unsigned char *put_spec(unsigned char *p, const serve_traj_spec_t *s)
+{
+    p = put_u64(p, s->id), p = put_u64(p, s->seed);
+    p = put_i32(p, s->n), p = put_i32(p, s->res), p = put_i32(p, s->steps);
+    p = put_i32(p, s->label), p = put_f32(p, s->cfg), p = put_i32(p, s->sampler);
+    p = put_i32(p, s->priority);
+    return put_f64(p, s->deadline_ms);
+}
+
+/* ---- reading --------------------------------------------------------------------------------- */
+
+/* A cursor over received bytes; a read past the end yields zeros and clears ok. */
+typedef struct reader {
+    const unsigned char *p;
+    size_t left;
+    bool ok;
+} reader_t;
+
+static const unsigned char *take(reader_t *r, size_t n)
+{
+    static const unsigned char zeros[8];
+    if (!r->ok || r->left < n) {
+        r->ok = false;
+        return zeros;
+    }
+    const unsigned char *p = r->p;
+    r->p += n, r->left -= n;
+    return p;
+}
+
+static uint8_t get_u8(reader_t *r)
+{
+    return *take(r, 1);
+}
+
+static uint32_t get_u32(reader_t *r)
+{
+    const unsigned char *p = take(r, 4);
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++)
+        v |= (uint32_t)p[i] << (8 * i);
+    return v;
+}
+
+static uint64_t get_u64(reader_t *r)
+{
+    const unsigned char *p = take(r, 8);
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+static int32_t get_i32(reader_t *r)
+{
+    uint32_t u = get_u32(r);
+    int32_t v;
+    memcpy(&v, &u, sizeof(v));
+    return v;
+}
+
+static float get_f32(reader_t *r)
+{
+    uint32_t u = get_u32(r);
+    float v;
+    memcpy(&v, &u, sizeof(v));
+    return v;
+}
+
+static double get_f64(reader_t *r)
+{
+    uint64_t u = get_u64(r);
+    double v;
+    memcpy(&v, &u, sizeof(v));
+    return v;
+}
+
+static void get_spec(reader_t *r, serve_traj_spec_t *s)
+{
+    s->id = get_u64(r), s->seed = get_u64(r);
+    s->n = get_i32(r), s->res = get_i32(r), s->steps = get_i32(r);
+    s->label = get_i32(r), s->cfg = get_f32(r), s->sampler = get_i32(r);
+    s->priority = get_i32(r);
+    s->deadline_ms = get_f64(r);
+}
+
+/* ---- commands -------------------------------------------------------------------------------- */
+
+/* What is wrong with a rank list (NULL: nothing), into why[size]. */
+static const char *ranks_problem(const char *name, const int *ranks, int n, int lo, char *why,
+                                 size_t size)
+{
+    if (n < lo || n > SERVE_MAX_DEGREE) {
+        snprintf(why, size, "%d %s (%d to %d)", n, name, lo, SERVE_MAX_DEGREE);
+        return why;
+    }
+    for (int i = 0; i < n; i++) {
+        if (ranks[i] < 1) {
+            snprintf(why, size, "%s[%d] is %d (executors are ranks >= 1)", name, i, ranks[i]);
+            return why;
+        }
+        if (serve_wire_member(ranks, i, ranks[i])) {
+            snprintf(why, size, "rank %d twice in %s", ranks[i], name);
+            return why;
+        }
+    }
+    return NULL;
+}
+
+/* What is wrong with a task's fields, as either side sees them (NULL: nothing). */
+static const char *task_problem(const serve_wire_task_t *t, char *why, size_t size)
+{
+    const char *p;
+    if ((unsigned)t->kind > SERVE_TASK_DECODE) {
+        snprintf(why, size, "kind %u (prepare, step_chunk or decode)", (unsigned)t->kind);
+        return why;
+    }
+    if ((p = ranks_problem("ranks", t->ranks, t->nranks, 1, why, size)) ||
+        (p = ranks_problem("prev", t->prev, t->nprev, 0, why, size)))
+        return p;
+    if (t->move && t->nprev == 0) {
+        snprintf(why, size, "a move with no ranks holding the state");
+        return why;
+    }
+    return NULL;
+}
+
+tdl_status_t serve_wire_task_encode(const serve_wire_task_t *t, unsigned char *buf, size_t *len_out)
+{
+    char why[128];
+    if (task_problem(t, why, sizeof(why)))
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "request %llu: task %llu: %s",
+                               (unsigned long long)t->spec.id, (unsigned long long)t->seq, why);
+    unsigned char *p = put_u32(buf, SERVE_OP_TASK);
+    p = put_u32(p, (uint32_t)t->kind), p = put_i32(p, t->steps);
+    p = put_u8(p, (uint8_t)((t->move ? FLAG_MOVE : 0) | (t->cfg_parallel ? FLAG_CFG_PARALLEL : 0)));
+    p = put_u8(p, (uint8_t)t->nranks), p = put_u8(p, (uint8_t)t->nprev), p = put_u8(p, 0);
+    p = put_u64(p, t->seq);
+    for (int i = 0; i < t->nranks; i++)
+        p = put_i32(p, t->ranks[i]);
+    for (int i = 0; i < t->nprev; i++)
+        p = put_i32(p, t->prev[i]);
+    p = put_spec(p, &t->spec);
+    *len_out = (size_t)(p - buf);
+    return TDL_OK;
+}
+
+tdl_status_t serve_wire_msg_encode(const serve_ctl_msg_t *msg, unsigned char *buf, size_t *len_out)
+{
+    if (msg->op < SERVE_OP_STOP || msg->len > SERVE_USER_BYTES)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                               "a command of op %u with %u bytes (op >= %d, at most %d bytes)",
+                               msg->op, msg->len, SERVE_OP_STOP, SERVE_USER_BYTES);
+    unsigned char *p = put_u32(buf, msg->op);
+    p = put_u32(p, msg->len);
+    memcpy(p, msg->data, msg->len);
+    *len_out = (size_t)(p - buf) + msg->len;
+    return TDL_OK;
+}
+
+static tdl_status_t decode_task(reader_t *r, size_t len, serve_wire_task_t *t)
+{
+    memset(t, 0, sizeof(*t));
+    uint32_t kind = get_u32(r);
+    t->steps = get_i32(r);
+    uint8_t flags = get_u8(r), nranks = get_u8(r), nprev = get_u8(r), reserved = get_u8(r);
+    t->seq = get_u64(r);
+    if (!r->ok)
+        return tdl_error_raise(TDL_ERR_CORRUPT, "a task of %zu bytes (at least %d)", len,
+                               4 + TASK_FIXED_BYTES);
+    if (flags & ~(FLAG_MOVE | FLAG_CFG_PARALLEL) || reserved != 0)
+        return tdl_error_raise(TDL_ERR_CORRUPT,
+                               "a task with flags 0x%x and reserved byte %u "
+                               "(flags: 1 move, 2 cfg_parallel; reserved: 0)",
+                               flags, reserved);
+    if (nranks < 1 || nranks > SERVE_MAX_DEGREE || nprev > SERVE_MAX_DEGREE)
+        return tdl_error_raise(TDL_ERR_CORRUPT,
+                               "a task on %u ranks with %u holding its state "
+                               "(1 to %d, and 0 to %d)",
+                               nranks, nprev, SERVE_MAX_DEGREE, SERVE_MAX_DEGREE);
+    size_t want = 4 + TASK_FIXED_BYTES + 4 * ((size_t)nranks + nprev);
+    if (len != want)
+        return tdl_error_raise(TDL_ERR_CORRUPT, "a task on %u + %u ranks of %zu bytes (it is %zu)",
+                               nranks, nprev, len, want);
+    t->kind = kind > SERVE_TASK_DECODE ? SERVE_TASK_FINALIZE : (serve_task_kind_t)kind;
+    t->move = flags & FLAG_MOVE, t->cfg_parallel = flags & FLAG_CFG_PARALLEL;
+    t->nranks = nranks, t->nprev = nprev;
+    for (int i = 0; i < nranks; i++)
+        t->ranks[i] = get_i32(r);
+    for (int i = 0; i < nprev; i++)
+        t->prev[i] = get_i32(r);
+    get_spec(r, &t->spec);
+    char why[128];
+    if (kind > SERVE_TASK_DECODE)
+        return tdl_error_raise(TDL_ERR_CORRUPT,
+                               "request %llu: task %llu: kind %u (0 prepare, 1 step_chunk, 2 "
+                               "decode)",
+                               (unsigned long long)t->spec.id, (unsigned long long)t->seq, kind);
+    if (task_problem(t, why, sizeof(why)))
+        return tdl_error_raise(TDL_ERR_CORRUPT, "request %llu: task %llu: %s",
+                               (unsigned long long)t->spec.id, (unsigned long long)t->seq, why);
+    return TDL_OK;
+}
+
+tdl_status_t serve_wire_cmd_decode(const unsigned char *buf, size_t len, serve_wire_cmd_t *cmd_out)
+{
+    reader_t r = {.p = buf, .left = len, .ok = true};
+    serve_wire_cmd_t c = {.op = get_u32(&r)};
+    tdl_status_t st = TDL_OK;
+    if (!r.ok) {
+        st = tdl_error_raise(TDL_ERR_CORRUPT, "a command of %zu bytes (at least 4)", len);
+    } else if (c.op == SERVE_OP_TASK) {
+        st = decode_task(&r, len, &c.task);
+    } else if (c.op < SERVE_OP_STOP) {
+        st = tdl_error_raise(TDL_ERR_CORRUPT,
+                             "a command of op %u (%d: a task, %d: stop, above: the caller's own)",
+                             c.op, SERVE_OP_TASK, SERVE_OP_STOP);
+    } else {
+        uint32_t n = get_u32(&r);
+        if (!r.ok || n > SERVE_USER_BYTES || r.left != n) {
+            st = tdl_error_raise(TDL_ERR_CORRUPT,
+                                 "a command of op %u in %zu bytes with a payload of %u (at most "
+                                 "%d, and exactly the bytes after its 8-byte header)",
+                                 c.op, len, r.ok ? n : 0, SERVE_USER_BYTES);
+        } else {
+            c.msg.op = c.op, c.msg.len = n;
+            memcpy(c.msg.data, r.p, n);
+        }
+    }
+    if (st == TDL_OK)
+        *cmd_out = c;
+    return st;
+}
+
+/* ---- acks ------------------------------------------------------------------------------------ */
+
+void serve_wire_ack_encode(int32_t status, unsigned char buf[SERVE_WIRE_ACK_BYTES])
+{
+    put_i32(buf, status);
+}
+
+tdl_status_t serve_wire_ack_decode(const unsigned char *buf, size_t len, int32_t *status_out)
+{
+    if (len != SERVE_WIRE_ACK_BYTES)
+        return tdl_error_raise(TDL_ERR_CORRUPT, "an ack of %zu bytes (it is %d)", len,
+                               SERVE_WIRE_ACK_BYTES);
+    reader_t r = {.p = buf, .left = len, .ok = true};
+    *status_out = get_i32(&r);
+    return TDL_OK;
+}

@@ -1,0 +1,115 @@
+/* The wire between rank 0's dispatcher (dispatch.c) and the executors (executor.c): the groups
+ * and namespaces they talk on, the op codes, and one encoding of every message, which both sides
+ * call. Fields are fixed-width and little-endian, a message is exactly as long as its fields say,
+ * and a decoder checks the length and every range before it reads: a malformed message is
+ * refused with TDL_ERR_CORRUPT naming what is wrong, never read out of bounds.
+ *
+ *   rank 0 -> executor w   {0, w}, SERVE_NS_CONTROL, tag = commands sent to w so far:
+ *                          a command (a task, stop, or one of the caller's own)
+ *   executor w -> rank 0   {0, w}, SERVE_NS_STATUS, tag = reports sent so far:
+ *                          the caller's own reports (serve_worker_report), up to SERVE_USER_BYTES
+ *   task lead -> rank 0    {0, lead}, SERVE_NS_RESULT ^ request id, tag = the task's seq:
+ *                          the PNG after DECODE (empty: it failed), else an ack
+ *   a task's ranks         serve_wire_task_ns(SERVE_NS_TASK, id, seq): the chunk's collectives
+ *   old and new ranks      serve_wire_task_ns(SERVE_NS_MOVE, id, seq): the state's move */
+#ifndef TIDAL_SERVE_WIRE_H
+#define TIDAL_SERVE_WIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/core.h"
+#include "gfc/gfc.h"
+#include "serve/serve.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ==== groups and namespaces =================================================================== */
+
+#define SERVE_NS_CONTROL 0x636f6e74726f6cull /* "control" */
+#define SERVE_NS_RESULT  0x726573756c74ull   /* "result" */
+#define SERVE_NS_TASK    0x7461736bull       /* "task" */
+#define SERVE_NS_MOVE    0x6d6f7665ull       /* "move" */
+#define SERVE_NS_STATUS  0x737461747573ull   /* "status" */
+
+/* The largest PNG a DECODE answers with. */
+#define SERVE_MAX_PNG (8u << 20)
+
+/* The two-member group {0, worker} on namespace ns. pair must outlive the group (a group refers to
+ * its rank list). */
+tdl_status_t serve_wire_pair_group(gfc_runtime_t *rt, int worker, uint64_t ns, int pair[2],
+                                   gfc_group_t *g);
+
+/* A namespace of its own for each task of each request. */
+uint64_t serve_wire_task_ns(uint64_t base, uint64_t id, uint64_t seq);
+
+/* Whether rank r is among ranks[0 .. n). */
+static inline bool serve_wire_member(const int *ranks, int n, int r)
+{
+    for (int i = 0; i < n; i++)
+        if (ranks[i] == r)
+            return true;
+    return false;
+}
+
+/* ==== op codes ================================================================================ */
+
+/* SERVE_OP_STOP (serve.h) is 2; ops above it are the caller's own (below). */
+#define SERVE_OP_TASK 1
+
+/* ==== commands of the caller's own ============================================================ */
+
+/* Ops > SERVE_OP_STOP with up to SERVE_USER_BYTES of payload, sent by serve_dispatcher_send and
+ * returned by serve_worker_run / serve_worker_poll as a serve_ctl_msg_t; what the payload holds is
+ * the caller's. Their op codes and the layouts of their payloads (and of the reports executors
+ * send with serve_worker_report) belong here. */
+
+/* ==== a command, rank 0 to an executor ======================================================== */
+
+/* A task as it travels: what serve_task_cmd_t says, with the request's spec. */
+typedef struct serve_wire_task {
+    serve_task_kind_t kind; /* PREPARE, STEP_CHUNK or DECODE */
+    int steps;              /* of a STEP_CHUNK */
+    bool move, cfg_parallel;
+    int nranks, nprev; /* 1 .. SERVE_MAX_DEGREE and 0 .. SERVE_MAX_DEGREE */
+    int ranks[SERVE_MAX_DEGREE], prev[SERVE_MAX_DEGREE]; /* distinct ranks >= 1 in each list */
+    uint64_t seq;
+    serve_traj_spec_t spec;
+} serve_wire_task_t;
+
+/* A command decoded: a task, or any other op with its payload. */
+typedef struct serve_wire_cmd {
+    uint32_t op;            /* SERVE_OP_TASK, SERVE_OP_STOP or one of the caller's own */
+    serve_wire_task_t task; /* op SERVE_OP_TASK */
+    serve_ctl_msg_t msg;    /* any other op: msg.op == op, and its payload */
+} serve_wire_cmd_t;
+
+/* The largest command: the receive buffer of an executor. */
+#define SERVE_WIRE_CMD_MAX (8 + SERVE_USER_BYTES)
+
+/* Encodes a task into buf (SERVE_WIRE_CMD_MAX bytes) and writes its length to *len_out. A task
+ * the decoder would refuse is TDL_ERR_INVALID_ARG naming the field, and nothing is written. */
+tdl_status_t serve_wire_task_encode(const serve_wire_task_t *task, unsigned char *buf,
+                                    size_t *len_out);
+/* The same for another command (msg->op >= SERVE_OP_STOP, msg->len <= SERVE_USER_BYTES). */
+tdl_status_t serve_wire_msg_encode(const serve_ctl_msg_t *msg, unsigned char *buf, size_t *len_out);
+/* Decodes the len bytes received; TDL_ERR_CORRUPT names what is wrong and leaves *cmd_out as it
+ * was. */
+tdl_status_t serve_wire_cmd_decode(const unsigned char *buf, size_t len, serve_wire_cmd_t *cmd_out);
+
+/* ==== a task's ack, its lead to rank 0 (tasks other than DECODE) ============================== */
+
+#define SERVE_WIRE_ACK_BYTES 4
+
+/* status: 0 when the task ran, else the tdl_status_t it failed with. */
+void serve_wire_ack_encode(int32_t status, unsigned char buf[SERVE_WIRE_ACK_BYTES]);
+/* TDL_ERR_CORRUPT when len is not SERVE_WIRE_ACK_BYTES. */
+tdl_status_t serve_wire_ack_decode(const unsigned char *buf, size_t len, int32_t *status_out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TIDAL_SERVE_WIRE_H */
