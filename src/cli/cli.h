@@ -48,11 +48,15 @@ int cli_train_opts(tdl_params_t *params, const char *steps, train_opts_t *o);
 
 /* --device, for the commands that run the model (TIDAL_DEVICE sets it, as any parameter). */
 #define CLI_DEVICE_PARAM                                                                           \
-    {"device", TDL_PARAM_ENUM, "cpu",                                                              \
-     "where the model runs: cpu, cuda (one GPU per rank: the node-local rank's, modulo the "       \
-     "visible GPUs; CUDA_VISIBLE_DEVICES narrows them), or cuda-emulated (the CUDA code run on "   \
-     "the CPU, slowly, for tests)",                                                                \
-     "cpu|cuda|cuda-emulated", 1, 0}
+    {                                                                                              \
+        "device", TDL_PARAM_ENUM, "cpu",                                                           \
+            "where the model runs: cpu, cuda (one GPU per rank: the node-local rank's, modulo "    \
+            "the "                                                                                 \
+            "visible GPUs; CUDA_VISIBLE_DEVICES narrows them), or cuda-emulated (the CUDA code "   \
+            "run on "                                                                              \
+            "the CPU, slowly, for tests)",                                                         \
+            "cpu|cuda|cuda-emulated", 1, 0                                                         \
+    }
 
 /* What `tidal run` adds to serving: rank 0's co-location and the workers' training. */
 typedef struct cli_colocate {

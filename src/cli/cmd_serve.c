@@ -115,8 +115,8 @@ static tdl_status_t serving_model(tdl_params_t *params, const cli_colocate_t *ru
     if (st != TDL_OK)
         return st;
     if (ckpt)
-        return train_weights_load_on(ckpt, tdl_param_str(params, "weights"), max_batch, max_res,
-                                     be, out);
+        return train_weights_load_on(ckpt, tdl_param_str(params, "weights"), max_batch, max_res, be,
+                                     out);
     dit_config_t cfg;
     st = dit_config_named(run->worker.train.model, &cfg);
     if (st == TDL_OK)
@@ -139,15 +139,17 @@ static int check_degree(tdl_params_t *params, const dit_config_t *mc, int world,
         sp = atoi(pname + 9);
     if (sp > world - 1) {
         if (rank == 0)
-            fprintf(stderr, "tidal: serve: degree %d needs %d executor ranks; this job has %d "
-                            "(mpirun -np %d)\n",
+            fprintf(stderr,
+                    "tidal: serve: degree %d needs %d executor ranks; this job has %d "
+                    "(mpirun -np %d)\n",
                     sp, sp, world - 1, sp + 1);
         return CLI_EXIT_USAGE;
     }
     if (mc->num_heads % sp || mc->hidden_size % sp) {
         if (rank == 0)
-            fprintf(stderr, "tidal: serve: degree %d does not divide the model's %d heads and "
-                            "width %d\n",
+            fprintf(stderr,
+                    "tidal: serve: degree %d does not divide the model's %d heads and "
+                    "width %d\n",
                     sp, mc->num_heads, mc->hidden_size);
         return CLI_EXIT_USAGE;
     }
@@ -155,8 +157,8 @@ static int check_degree(tdl_params_t *params, const dit_config_t *mc, int world,
 }
 
 /* Rank 0's options from the parameters. */
-static void rank0_opts(tdl_params_t *params, const cli_colocate_t *run, char *policy,
-                       size_t size, coord_rank0_opts_t *o)
+static void rank0_opts(tdl_params_t *params, const cli_colocate_t *run, char *policy, size_t size,
+                       coord_rank0_opts_t *o)
 {
     const char *listen = tdl_param_str(params, "listen");
     const char *pname = tdl_param_str(params, "policy");
@@ -211,8 +213,7 @@ int cli_serve_main(tdl_params_t *params, const char *what, const cli_colocate_t 
         return cli_usage_error("--exit-after-trace needs --trace FILE");
     const char *pname = tdl_param_str(params, "policy");
     if (pname && !coord_policy_find(pname))
-        return cli_usage_error("unknown --policy '%s': use one of %s", pname,
-                               coord_policy_names());
+        return cli_usage_error("unknown --policy '%s': use one of %s", pname, coord_policy_names());
     int sp = (int)tdl_param_int(params, "sp");
     if (!pname && sp != 1 && sp != 2 && sp != 4 && sp != 8)
         return cli_usage_error("--sp %d: use 1, 2, 4 or 8 (or a dynamic --policy)", sp);

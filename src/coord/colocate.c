@@ -80,13 +80,11 @@ void coord_colocate_report(coord_colocate_t *k, const serve_wire_report_t *r)
         printf("tidal run: training finished at step %lld; every rank serves\n",
                (long long)r->step);
         break;
-    default:
-        break;
+    default: break;
     }
 }
 
-void coord_colocate_row(coord_colocate_t *k, coord_t *c, serve_queue_t *q, double now,
-                        bool force)
+void coord_colocate_row(coord_colocate_t *k, coord_t *c, serve_queue_t *q, double now, bool force)
 {
     if (!force && now - k->last_row < k->o.row_every)
         return;

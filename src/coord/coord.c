@@ -76,7 +76,7 @@ struct coord {
 
 static bool guided(const serve_traj_spec_t *s)
 {
-    return s->label >= 0 && s->cfg != 1.0f;
+    return serve_guided(s->label, s->cfg);
 }
 
 /* ---- commands ------------------------------------------------------------------------------ */
@@ -227,8 +227,10 @@ tdl_status_t coord_create(const coord_config_t *cfg, coord_t **out)
         return tdl_error_raise(TDL_ERR_INVALID_ARG, "coordinator: need workers >= 1, chunk >= 1, "
                                                     "a cost model and a policy");
     if (cfg->realloc && cfg->workers > SERVE_WIRE_MAX_WORKERS)
-        return tdl_error_raise(TDL_ERR_INVALID_ARG, "coordinator: co-location takes at most %d "
-                               "workers, not %d", SERVE_WIRE_MAX_WORKERS, cfg->workers);
+        return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                               "coordinator: co-location takes at most %d "
+                               "workers, not %d",
+                               SERVE_WIRE_MAX_WORKERS, cfg->workers);
     coord_t *c = tdl_calloc(1, sizeof(*c));
     if (!c)
         return tdl_error_raise(TDL_ERR_NOMEM, "coordinator: out of memory");
@@ -280,17 +282,16 @@ void coord_free(coord_t *c)
 
 /* ---- serving --------------------------------------------------------------------------------- */
 
-void coord_sched_request_of(const serve_request_params_t *p, double now,
-                            coord_sched_request_t *out)
+void coord_sched_request_of(const serve_request_params_t *p, double now, coord_sched_request_t *out)
 {
-    bool g = p->label >= 0 && (float)p->cfg != 1.0f;
-    *out = (coord_sched_request_t){
-        .resolution = p->resolution,
-        .n = p->n * (g ? 2 : 1),
-        .steps = p->steps,
-        .step_evals = p->sampler == DIT_SAMPLER_HEUN ? 2 : 1,
-        .deadline_s = p->deadline_ms > 0 ? now + (double)p->deadline_ms / 1e3 : 0,
-        .priority = p->priority};
+    bool g = serve_guided(p->label, (float)p->cfg);
+    *out = (coord_sched_request_t){.resolution = p->resolution,
+                                   .n = p->n * (g ? 2 : 1),
+                                   .steps = p->steps,
+                                   .step_evals = p->sampler == DIT_SAMPLER_HEUN ? 2 : 1,
+                                   .deadline_s =
+                                       p->deadline_ms > 0 ? now + (double)p->deadline_ms / 1e3 : 0,
+                                   .priority = p->priority};
 }
 
 bool coord_admits(const coord_t *c)
@@ -322,7 +323,7 @@ tdl_status_t coord_request_arrive(coord_t *c, double now, const serve_request_pa
                                   .steps = p->steps,
                                   .label = p->label,
                                   /* unconditional: guidance would mix two equal halves */
-                                  .cfg = p->label < 0 ? 1.0f : (float)p->cfg,
+                                  .cfg = (float)serve_cfg_used(p->label, p->cfg),
                                   .sampler = (int)p->sampler,
                                   .priority = p->priority,
                                   .deadline_ms = (double)p->deadline_ms};
@@ -340,8 +341,10 @@ tdl_status_t coord_task_finished(coord_t *c, double now, uint64_t request, bool 
                                  size_t result_len)
 {
     if (request >= c->nreqs)
-        return tdl_error_raise(TDL_ERR_INVALID_ARG, "coordinator: no request %llu finished a "
-                               "task", (unsigned long long)request);
+        return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                               "coordinator: no request %llu finished a "
+                               "task",
+                               (unsigned long long)request);
     coord_req_t *r = &c->reqs[request];
     if (!ok) {
         char why[SERVE_ERROR_MAX];
@@ -377,7 +380,8 @@ double coord_backlog_s(const coord_t *c, double now, int queued)
     return sum + queued * each;
 }
 
-/* ---- co-location ------------------------------------------------------------------------------ */
+/* ---- co-location ------------------------------------------------------------------------------
+ */
 
 /* Moves ranks toward `target` serving ones: one resize at a time. */
 static tdl_status_t reallocate(coord_t *c, int serving, int target, double now)
@@ -453,8 +457,7 @@ static tdl_status_t rank_left(coord_t *c, int w, double now)
         c->over_prev[k] = c->move_ms[k] / c->budget_ms;
         /* until the step under way reports (it normally has by now) */
         c->over_budget[k] =
-            c->flight_open ? NAN
-                           : c->move_ms[k] / ((c->last_step_at - c->flight_start) * 1e3 + 10);
+            c->flight_open ? NAN : c->move_ms[k] / ((c->last_step_at - c->flight_start) * 1e3 + 10);
     }
     c->moved[w] = false;
     tdl_status_t st = coord_sched_set_available(c->sched, w - 1, true);
@@ -464,8 +467,8 @@ static tdl_status_t rank_left(coord_t *c, int w, double now)
 tdl_status_t coord_report(coord_t *c, double now, int w, const serve_wire_report_t *r)
 {
     if (!c->cfg.realloc || w < 1 || w > c->cfg.workers)
-        return tdl_error_raise(TDL_ERR_CORRUPT, "rank %d sent a report of kind %u %s", w,
-                               r->kind, c->cfg.realloc ? "(no such worker)" : "(nothing trains)");
+        return tdl_error_raise(TDL_ERR_CORRUPT, "rank %d sent a report of kind %u %s", w, r->kind,
+                               c->cfg.realloc ? "(no such worker)" : "(nothing trains)");
     switch (r->kind) {
     case SERVE_REPORT_STEP:
         if (!c->seen_step)
@@ -510,8 +513,7 @@ tdl_status_t coord_report(coord_t *c, double now, int w, const serve_wire_report
                 c->pending++;
             }
         return TDL_OK;
-    case SERVE_REPORT_LEFT:
-        return rank_left(c, w, now);
+    case SERVE_REPORT_LEFT: return rank_left(c, w, now);
     case SERVE_REPORT_JOINED:
         c->role[w] = ROLE_TRAIN;
         c->pending--;
@@ -617,10 +619,8 @@ void coord_move_stats_get(coord_t *c, coord_move_stats_t *out)
     qsort(c->over_prev, (size_t)c->nmoves, sizeof(double), cmp_double);
     c->flight_first = c->nmoves; /* sorted: no open flight may index them any more */
     c->flight_open = false;
-    *out = (coord_move_stats_t){.n = c->nmoves,
-                                .ms = c->move_ms,
-                                .over_budget = c->over_budget,
-                                .over_prev = c->over_prev};
+    *out = (coord_move_stats_t){
+        .n = c->nmoves, .ms = c->move_ms, .over_budget = c->over_budget, .over_prev = c->over_prev};
 }
 
 void coord_stats_get(const coord_t *c, coord_stats_t *out)

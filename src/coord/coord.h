@@ -17,39 +17,11 @@
 #include "coord/sched.h"
 #include "core/core.h"
 #include "serve/serve.h"
-
-/* ---- to move into serve/wire.h: the co-location messages ---------------------------------- */
-#define SERVE_WIRE_MAX_WORKERS 112
-/* Commands of co-location, after SERVE_OP_STOP in serve_ctl_msg_t's op */
-enum { SERVE_OP_RESIZE = 10, SERVE_OP_JOIN = 11, SERVE_OP_RELOAD = 12 };
-/* A training membership: the ranks in order (the first leads), and the rank whose state a
- * group that grows starts from. */
-typedef struct serve_wire_members {
-    uint32_t epoch, n;
-    int32_t root;
-    uint16_t ranks[SERVE_WIRE_MAX_WORKERS];
-} serve_wire_members_t;
-typedef enum {
-    SERVE_REPORT_STEP = 1, /* training's leader: a step done (step, loss, members) */
-    SERVE_REPORT_LEFT,     /* this rank left training and serves */
-    SERVE_REPORT_JOINED,   /* this rank trains in the new membership */
-    SERVE_REPORT_CKPT,     /* the leader wrote checkpoint `path` at `step` */
-    SERVE_REPORT_DONE,     /* training ran its last step */
-    SERVE_REPORT_ERROR,    /* this rank failed: `path` says why */
-    SERVE_REPORT_RESUMED   /* training resumed `path` at `step` */
-} serve_report_kind_t;
-/* A worker's report to rank 0. */
-typedef struct serve_wire_report {
-    uint32_t kind;
-    int32_t rank, members, pad;
-    int64_t step;
-    double loss;
-    char path[200];
-} serve_wire_report_t;
+#include "serve/wire.h"
 
 typedef struct coord_config {
-    int workers;  /* world ranks 1 .. workers run tasks (and train, when co-located) */
-    int chunk;    /* denoising steps per STEP_CHUNK */
+    int workers;    /* world ranks 1 .. workers run tasks (and train, when co-located) */
+    int chunk;      /* denoising steps per STEP_CHUNK */
     int max_degree; /* widest placement (0: SERVE_MAX_DEGREE) */
     const coord_cost_model_t *cost; /* copied */
     const coord_policy_ops_t *policy;
@@ -82,11 +54,11 @@ typedef struct coord_cmd {
     serve_task_cmd_t task;
     double estimate_s; /* the cost model's duration, a move of state included */
     /* ANSWER */
-    bool ok, late;      /* late: it finished after its deadline */
+    bool ok, late; /* late: it finished after its deadline */
     double arrival_s, finish_s;
-    void *result;       /* what coord_task_finished passed with the DECODE (the PNG) */
+    void *result; /* what coord_task_finished passed with the DECODE (the PNG) */
     size_t result_len;
-    const char *why;    /* of a failure */
+    const char *why; /* of a failure */
     /* RESIZE, JOIN */
     serve_wire_members_t members;
     /* RELOAD */
@@ -95,13 +67,13 @@ typedef struct coord_cmd {
 
 /* What the coordinator knows of training. */
 typedef struct coord_training {
-    bool colocated;     /* workers train */
-    bool done;          /* training has run its last step */
-    bool seen_step;     /* a step has been reported in this job */
+    bool colocated;           /* workers train */
+    bool done;                /* training has run its last step */
+    bool seen_step;           /* a step has been reported in this job */
     int64_t step, first_step; /* the last step reported; where this job began (a resume) */
-    double loss;        /* of the last step */
-    const char *latest; /* the last checkpoint ("" before one) */
-    int serving, training; /* ranks in each role now (moving ones excluded) */
+    double loss;              /* of the last step */
+    const char *latest;       /* the last checkpoint ("" before one) */
+    int serving, training;    /* ranks in each role now (moving ones excluded) */
     int moves_to_serve, moves_to_train;
 } coord_training_t;
 

@@ -50,8 +50,7 @@ typedef struct coord_rank0_opts {
  * the trace's end; d NULL: alone, it samples every request itself. A bad --trace sets
  * *bad_input (exit 2 for the program). The executors are not stopped here. */
 tdl_status_t coord_rank0_run(const coord_rank0_opts_t *o, int world, dit_model_t *model,
-                             serve_dispatcher_t *d, volatile sig_atomic_t *stop,
-                             bool *bad_input);
+                             serve_dispatcher_t *d, volatile sig_atomic_t *stop, bool *bad_input);
 
 /* A co-located worker: what it trains and how it keeps checkpoints. */
 typedef struct coord_worker_opts {
@@ -72,8 +71,7 @@ typedef struct coord_colocate coord_colocate_t;
 tdl_status_t coord_colocate_open(const coord_colocate_opts_t *o, int workers,
                                  coord_colocate_t **out);
 void coord_colocate_report(coord_colocate_t *k, const serve_wire_report_t *r);
-void coord_colocate_row(coord_colocate_t *k, coord_t *c, serve_queue_t *q, double now,
-                        bool force);
+void coord_colocate_row(coord_colocate_t *k, coord_t *c, serve_queue_t *q, double now, bool force);
 void coord_colocate_finish(coord_colocate_t *k, coord_t *c, serve_queue_t *q, double elapsed);
 void coord_colocate_close(coord_colocate_t *k);
 

@@ -58,7 +58,8 @@ out:
     return NULL;
 }
 
-/* ---- alone: sampling one request on rank 0 ---------------------------------------------------- */
+/* ---- alone: sampling one request on rank 0 ----------------------------------------------------
+ */
 
 static void run_job(dit_model_t *m, serve_queue_t *q, serve_job_t *job)
 {
@@ -68,7 +69,7 @@ static void run_job(dit_model_t *m, serve_queue_t *q, serve_job_t *job)
     /* an unconditional request gains nothing from guidance: both halves would be the same */
     dit_sample_opts_t o = {.kind = p->sampler,
                            .steps = p->steps,
-                           .cfg_scale = p->label < 0 ? 1.0f : (float)p->cfg,
+                           .cfg_scale = (float)serve_cfg_used(p->label, p->cfg),
                            .seed = p->seed};
     int *labels = malloc((size_t)n * sizeof(int));
     float *img = malloc((size_t)n * c->in_channels * res * res * sizeof(float));
@@ -102,7 +103,8 @@ static void run_job(dit_model_t *m, serve_queue_t *q, serve_job_t *job)
     }
 }
 
-/* ---- rank 0 with executors: the coordinator's edges ------------------------------------------- */
+/* ---- rank 0 with executors: the coordinator's edges -------------------------------------------
+ */
 
 typedef struct rank0 {
     coord_t *co;
@@ -134,16 +136,6 @@ static void log_answer(rank0_t *r, const coord_cmd_t *cmd)
     fflush(r->log);
 }
 
-static tdl_status_t send_ctl(rank0_t *r, int worker, uint32_t op, const void *data, size_t len)
-{
-    serve_ctl_msg_t msg = {.op = op, .len = (uint32_t)len};
-    if (len > sizeof(msg.data))
-        return tdl_error_raise(TDL_ERR_INVALID_ARG, "a command of %zu bytes for rank %d (at most "
-                               "%zu)", len, worker, sizeof(msg.data));
-    memcpy(msg.data, data, len);
-    return serve_dispatcher_send(r->d, worker, &msg);
-}
-
 /* Carries out what the coordinator decided, in its order. */
 static tdl_status_t take_commands(rank0_t *r)
 {
@@ -151,6 +143,7 @@ static tdl_status_t take_commands(rank0_t *r)
     tdl_status_t st = TDL_OK;
     while ((cmd = coord_command_next(r->co))) {
         tdl_status_t s = TDL_OK;
+        serve_ctl_msg_t msg;
         switch (cmd->kind) {
         case COORD_CMD_TASK:
             TDL_DEBUG("request %s: %s%s on ranks %d..%d (%d), estimate %.4f s",
@@ -167,13 +160,15 @@ static tdl_status_t take_commands(rank0_t *r)
                 serve_job_fail(r->q, cmd->handle, cmd->why);
             break;
         case COORD_CMD_RESIZE:
-            s = send_ctl(r, cmd->worker, SERVE_OP_RESIZE, &cmd->members, sizeof(cmd->members));
-            break;
         case COORD_CMD_JOIN:
-            s = send_ctl(r, cmd->worker, SERVE_OP_JOIN, &cmd->members, sizeof(cmd->members));
+            s = serve_wire_members_encode(
+                cmd->kind == COORD_CMD_JOIN ? SERVE_OP_JOIN : SERVE_OP_RESIZE, &cmd->members, &msg);
+            if (s == TDL_OK)
+                s = serve_dispatcher_send(r->d, cmd->worker, &msg);
             break;
         case COORD_CMD_RELOAD:
-            s = send_ctl(r, cmd->worker, SERVE_OP_RELOAD, cmd->path, strlen(cmd->path));
+            if ((s = serve_wire_reload_encode(cmd->path, &msg)) == TDL_OK)
+                s = serve_dispatcher_send(r->d, cmd->worker, &msg);
             break;
         }
         if (st == TDL_OK)
@@ -199,13 +194,14 @@ static tdl_status_t collect(rank0_t *r, int *nout)
     }
     if (st == TDL_OK)
         st = take_commands(r);
+    unsigned char buf[SERVE_USER_BYTES];
     serve_wire_report_t rep;
     int w;
     size_t len;
-    while (st == TDL_OK && r->coloc && serve_dispatcher_poll_status(r->d, &w, &rep, &len)) {
+    while (st == TDL_OK && r->coloc && serve_dispatcher_poll_status(r->d, &w, buf, &len)) {
         n++;
-        if (len != sizeof(rep)) {
-            st = tdl_error_raise(TDL_ERR_CORRUPT, "rank %d: a report of %zu bytes", w, len);
+        if ((st = serve_wire_report_decode(buf, len, &rep)) != TDL_OK) {
+            st = tdl_error_raise(st, "rank %d: %s", w, tdl_error_get());
             break;
         }
         coord_colocate_report(r->coloc, &rep);
@@ -224,7 +220,8 @@ static tdl_status_t turn(rank0_t *r, bool admit, int *nout)
     /* the policy sees up to a few requests per executor; the rest wait in the queue, which
      * answers 503 when it is full */
     serve_job_t *job;
-    while (st == TDL_OK && admit && coord_admits(r->co) && serve_queue_pop(r->q, 0, &job) == TDL_OK) {
+    while (st == TDL_OK && admit && coord_admits(r->co) &&
+           serve_queue_pop(r->q, 0, &job) == TDL_OK) {
         if ((st = coord_request_arrive(r->co, now_of(r), serve_job_params(job), job)) == TDL_OK)
             st = take_commands(r);
         else
@@ -259,8 +256,8 @@ static void print_latency(const char *what, serve_queue_t *q, serve_source_t src
 }
 
 /* The coordinator for `world - 1` executors, from the options and the model. */
-static tdl_status_t coordinator_create(const coord_rank0_opts_t *o, int world,
-                                       const dit_model_t *m, coord_t **out)
+static tdl_status_t coordinator_create(const coord_rank0_opts_t *o, int world, const dit_model_t *m,
+                                       coord_t **out)
 {
     coord_cost_model_t cost;
     tdl_status_t st = TDL_OK;
@@ -270,8 +267,7 @@ static tdl_status_t coordinator_create(const coord_rank0_opts_t *o, int world,
         coord_cost_model_default(&cost);
     if (st != TDL_OK)
         return st;
-    coord_cost_trim(&cost, m->config.num_heads, m->config.hidden_size, world - 1,
-                    SERVE_MAX_DEGREE);
+    coord_cost_trim(&cost, m->config.num_heads, m->config.hidden_size, world - 1, SERVE_MAX_DEGREE);
     const coord_colocate_opts_t *k = o->colocate;
     coord_config_t cc = {.workers = world - 1,
                          .chunk = o->chunk,
@@ -442,8 +438,7 @@ out:
             print_latency("trace", r.q, SERVE_SOURCE_TRACE, &s.by_source[SERVE_SOURCE_TRACE],
                           elapsed);
         if (http)
-            print_latency("http", r.q, SERVE_SOURCE_HTTP, &s.by_source[SERVE_SOURCE_HTTP],
-                          elapsed);
+            print_latency("http", r.q, SERVE_SOURCE_HTTP, &s.by_source[SERVE_SOURCE_HTTP], elapsed);
         fflush(stdout);
     }
     /* the requests the coordinator took and started finish before the executors stop; those
@@ -473,8 +468,8 @@ out:
     if (r.co) {
         coord_stats_t k;
         coord_stats_get(r.co, &k);
-        printf("tidal serve: policy %s: %ld tasks, %ld moves of state\n",
-               coord_policy_name(r.co), k.tasks, k.migrations);
+        printf("tidal serve: policy %s: %ld tasks, %ld moves of state\n", coord_policy_name(r.co),
+               k.tasks, k.migrations);
         if (r.coloc)
             coord_colocate_finish(r.coloc, r.co, r.q, tdl_clock_s() - r.t0);
     }

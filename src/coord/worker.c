@@ -22,15 +22,20 @@ static tdl_status_t report(worker_t *k, uint32_t kind, int64_t step, double loss
     serve_wire_report_t r = {
         .kind = kind, .rank = k->me, .members = members, .step = step, .loss = loss};
     if (path && strlen(path) >= sizeof(r.path))
-        return tdl_error_raise(TDL_ERR_INVALID_ARG, "checkpoint path '%s' is longer than %zu "
-                               "bytes: use a shorter --out", path, sizeof(r.path) - 1);
+        return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                               "checkpoint path '%s' is longer than %zu "
+                               "bytes: use a shorter --out",
+                               path, sizeof(r.path) - 1);
     if (path)
         memcpy(r.path, path, strlen(path) + 1);
-    return serve_worker_report(k->w, &r, sizeof(r));
+    unsigned char buf[SERVE_USER_BYTES];
+    size_t len;
+    tdl_status_t st = serve_wire_report_encode(&r, buf, &len);
+    return st == TDL_OK ? serve_worker_report(k->w, buf, len) : st;
 }
 
-static tdl_status_t on_event(void *user, train_event_t ev, int64_t step, double loss,
-                             int members, const char *path)
+static tdl_status_t on_event(void *user, train_event_t ev, int64_t step, double loss, int members,
+                             const char *path)
 {
     static const uint32_t kinds[] = {[TRAIN_EVENT_STEP] = SERVE_REPORT_STEP,
                                      [TRAIN_EVENT_CKPT] = SERVE_REPORT_CKPT,
@@ -40,32 +45,17 @@ static tdl_status_t on_event(void *user, train_event_t ev, int64_t step, double 
     return report(user, kinds[ev], step, loss, members, path);
 }
 
-/* A membership from rank 0, checked: 1 .. world - 1 distinct workers, the root among them. */
+/* A membership from rank 0, checked (serve_wire_members_decode), as training takes it. */
 static tdl_status_t members_decode(const worker_t *k, const serve_ctl_msg_t *msg,
                                    train_members_t *out)
 {
     serve_wire_members_t m;
-    if (msg->len != sizeof(m))
-        return tdl_error_raise(TDL_ERR_CORRUPT, "rank %d: a membership of %u bytes, not %zu",
-                               k->me, msg->len, sizeof(m));
-    memcpy(&m, msg->data, sizeof(m));
-    if (m.n < 1 || m.n > SERVE_WIRE_MAX_WORKERS || (int)m.n > k->world - 1)
-        return tdl_error_raise(TDL_ERR_CORRUPT, "rank %d: a membership of %u ranks in a world "
-                               "of %d", k->me, m.n, k->world);
-    bool seen[SERVE_WIRE_MAX_WORKERS + 1] = {false}, root = false;
+    tdl_status_t st = serve_wire_members_decode(msg, k->world, &m);
+    if (st != TDL_OK)
+        return tdl_error_raise(st, "rank %d: %s", k->me, tdl_error_get());
     out->epoch = m.epoch, out->n = m.n, out->root = m.root;
-    for (uint32_t i = 0; i < m.n; i++) {
-        int r = m.ranks[i];
-        if (r < 1 || r >= k->world || r > SERVE_WIRE_MAX_WORKERS || seen[r])
-            return tdl_error_raise(TDL_ERR_CORRUPT, "rank %d: a membership naming rank %d %s",
-                                   k->me, r, r >= 1 && r < k->world ? "twice" : "(no worker)");
-        seen[r] = true;
-        root |= r == m.root;
-        out->ranks[i] = r;
-    }
-    if (!root)
-        return tdl_error_raise(TDL_ERR_CORRUPT, "rank %d: a membership whose root %d is not in "
-                               "it", k->me, m.root);
+    for (uint32_t i = 0; i < m.n; i++)
+        out->ranks[i] = m.ranks[i];
     return TDL_OK;
 }
 
@@ -84,8 +74,10 @@ static tdl_status_t on_poll(void *user, train_elastic_decision_t *dec)
         return TDL_OK;
     }
     if (msg.op != SERVE_OP_RESIZE)
-        return tdl_error_raise(TDL_ERR_INTERNAL, "rank %d (training): command %u from rank 0 it "
-                               "cannot take", k->me, msg.op);
+        return tdl_error_raise(TDL_ERR_INTERNAL,
+                               "rank %d (training): command %u from rank 0 it "
+                               "cannot take",
+                               k->me, msg.op);
     dec->op = TRAIN_ELASTIC_RESIZE;
     return members_decode(k, &msg, &dec->next);
 }
@@ -156,22 +148,22 @@ tdl_status_t coord_worker_run(const coord_worker_opts_t *o, gfc_runtime_t *rt, i
         } else if (msg.op == SERVE_OP_JOIN) {
             if ((st = members_decode(&k, &msg, &mem)) == TDL_OK)
                 serving = false, sync = true, joined = true;
-        } else if (msg.op == SERVE_OP_RELOAD && msg.len > 0 && msg.len <= SERVE_USER_BYTES) {
+        } else if (msg.op == SERVE_OP_RELOAD) {
             char path[SERVE_USER_BYTES + 1];
-            memcpy(path, msg.data, msg.len);
-            path[msg.len] = '\0';
-            if (reload(serve_model, path) != TDL_OK) /* a bad file keeps the old weights */
+            if ((st = serve_wire_reload_decode(&msg, path)) != TDL_OK)
+                st = tdl_error_raise(st, "rank %d: %s", me, tdl_error_get());
+            else if (reload(serve_model, path) != TDL_OK) /* a bad file keeps the old weights */
                 TDL_WARN("rank %d: serving keeps its weights: %s", me, tdl_error_get());
         } else {
-            st = tdl_error_raise(TDL_ERR_INTERNAL, "rank %d: command %u it cannot take", me,
-                                 msg.op);
+            st =
+                tdl_error_raise(TDL_ERR_INTERNAL, "rank %d: command %u it cannot take", me, msg.op);
         }
     }
     if (st != TDL_OK && k.w) { /* rank 0 ends the job, naming this rank and why */
-        serve_wire_report_t r = {.kind = SERVE_REPORT_ERROR, .rank = me};
-        snprintf(r.path, sizeof(r.path), "%.*s", (int)sizeof(r.path) - 1, tdl_error_get());
+        char why[sizeof(((serve_wire_report_t *)0)->path)];
+        snprintf(why, sizeof(why), "%s", tdl_error_get());
         tdl_status_t keep = st;
-        serve_worker_report(k.w, &r, sizeof(r));
+        report(&k, SERVE_REPORT_ERROR, 0, NAN, 0, why);
         st = keep;
     }
     train_trainer_free(tr);

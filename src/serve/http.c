@@ -353,11 +353,13 @@ static http_result_t handle_post(serve_http_t *h, struct MHD_Connection *c, cons
     }
     serve_request_params_t p;
     serve_field_error_t err;
-    if (serve_request_parse(hc->body ? hc->body : "", hc->len, &h->o.limits, NULL, &p, NULL,
-                            &err) != TDL_OK)
+    tdl_status_t st = serve_request_parse(hc->body ? hc->body : "", hc->len, &h->o.limits, NULL,
+                                          &p, NULL, &err);
+    if (st != TDL_OK && st != TDL_ERR_NOMEM)
         return reply_error(h, c, 400, method, url, err.field, err.message);
     char id[SERVE_ID_MAX + 1];
-    tdl_status_t st = serve_queue_submit(h->queue, &p, SERVE_SOURCE_HTTP, id);
+    if (st == TDL_OK) /* out of memory: 503 with Retry-After, as a full queue */
+        st = serve_queue_submit(h->queue, &p, SERVE_SOURCE_HTTP, id);
     if (st == TDL_ERR_MISMATCH)
         return reply_error(h, c, 409, method, url, "id", tdl_error_get());
     if (st != TDL_OK) {

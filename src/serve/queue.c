@@ -91,7 +91,7 @@ tdl_status_t serve_queue_create(int max_queued, int keep_finished, serve_queue_t
         return tdl_error_raise(TDL_ERR_INVALID_ARG,
                                "serve queue: %d places and %d finished kept must be positive",
                                max_queued, keep_finished);
-    serve_queue_t *q = calloc(1, sizeof(*q));
+    serve_queue_t *q = tdl_calloc(1, sizeof(*q));
     if (!q)
         return tdl_error_raise(TDL_ERR_NOMEM, "serve queue: out of memory");
     pthread_condattr_t ca;
@@ -185,7 +185,7 @@ static void job_finish(serve_queue_t *q, serve_job_t *j, serve_state_t state, co
         size_t *n = &q->nlat[in->source], *cap = &q->caplat[in->source];
         if (*n == *cap && *cap < LATENCIES_KEPT) {
             size_t c2 = *cap ? 2 * *cap : 1024;
-            double *l2 = realloc(q->lat[in->source], c2 * sizeof(double));
+            double *l2 = tdl_realloc(q->lat[in->source], c2 * sizeof(double));
             if (l2)
                 q->lat[in->source] = l2, *cap = c2;
         }
@@ -227,7 +227,7 @@ tdl_status_t serve_queue_submit(serve_queue_t *q, const serve_request_params_t *
     for (const char *p = params->id; *p; p++)
         if (!id_char_ok(*p) || p - params->id >= SERVE_ID_MAX)
             return tdl_error_raise(TDL_ERR_INVALID_ARG, "serve queue: bad request id");
-    serve_job_t *j = calloc(1, sizeof(*j));
+    serve_job_t *j = tdl_calloc(1, sizeof(*j));
     if (!j)
         return tdl_error_raise(TDL_ERR_NOMEM, "serve queue: out of memory");
     tdl_status_t st = TDL_OK;
@@ -246,7 +246,7 @@ tdl_status_t serve_queue_submit(serve_queue_t *q, const serve_request_params_t *
     }
     if (q->ntable == q->cap) {
         size_t cap = q->cap ? 2 * q->cap : 64;
-        serve_job_t **t = realloc(q->table, cap * sizeof(*t));
+        serve_job_t **t = tdl_realloc(q->table, cap * sizeof(*t));
         if (!t) {
             st = tdl_error_raise(TDL_ERR_NOMEM, "serve queue: out of memory");
             goto err_reject;
@@ -400,7 +400,7 @@ tdl_status_t serve_queue_get(serve_queue_t *q, const char *id, int wait_ms,
     unsigned char *png = NULL;
     tdl_status_t st = TDL_OK;
     if (png_out && info.state == SERVE_STATE_DONE && j->png) {
-        png = malloc(j->info.png_len);
+        png = tdl_malloc(j->info.png_len);
         if (png)
             memcpy(png, j->png, j->info.png_len);
         else
@@ -465,7 +465,7 @@ tdl_status_t serve_queue_latencies(serve_queue_t *q, serve_source_t source, doub
         return tdl_error_raise(TDL_ERR_INVALID_ARG, "serve queue: unknown source %d", source);
     pthread_mutex_lock(&q->lock);
     size_t n = q->nlat[source];
-    double *v = malloc((n ? n : 1) * sizeof(double));
+    double *v = tdl_malloc((n ? n : 1) * sizeof(double));
     if (v && n)
         memcpy(v, q->lat[source], n * sizeof(double));
     pthread_mutex_unlock(&q->lock);

@@ -3,6 +3,7 @@
  * lists the fields and their limits for clients. */
 #include "config.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -11,6 +12,24 @@
 
 #include "serve/serve.h"
 #include "serve/serve_internal.h"
+
+/* jansson allocates through tdl_malloc (so that tests can make it fail), and a failure is
+ * remembered: the parser answers out of memory, not invalid JSON. */
+static _Thread_local bool json_out_of_memory;
+static pthread_once_t json_once = PTHREAD_ONCE_INIT;
+
+static void *json_alloc(size_t size)
+{
+    void *p = tdl_malloc(size);
+    if (!p)
+        json_out_of_memory = true;
+    return p;
+}
+
+static void json_init(void)
+{
+    json_set_alloc_funcs(json_alloc, free);
+}
 
 static tdl_status_t field_error(serve_field_error_t *err, const char *field, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -178,7 +197,14 @@ tdl_status_t serve_request_parse(const char *text, size_t len, const serve_limit
     if (len == 0)
         return field_error(err, "body", "the body is empty: send a JSON object");
     json_error_t je;
+    pthread_once(&json_once, json_init);
+    json_out_of_memory = false;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    /* jansson 2.14 reports a failed allocation in its lexer as a syntax error: the flag knows */
+    if (!root && (json_out_of_memory || json_error_code(&je) == json_error_out_of_memory)) {
+        field_error(err, "body", "the server is out of memory: try again later");
+        return tdl_error_raise(TDL_ERR_NOMEM, "out of memory parsing a request");
+    }
     if (!root)
         return field_error(err, "body", "invalid JSON at line %d, column %d: %s", je.line,
                            je.column, je.text);

@@ -74,7 +74,8 @@ static inline double serve_cfg_used(int label, double cfg)
 }
 
 /* Parses and checks one request, a JSON object of len bytes (no NUL needed). Unknown fields,
- * wrong types and out-of-range values are TDL_ERR_INVALID_ARG with *err naming the field.
+ * wrong types and out-of-range values are TDL_ERR_INVALID_ARG with *err naming the field;
+ * TDL_ERR_NOMEM: no memory to parse it (a client may try again).
  * extra_key (may be NULL) is one more integer field >= 0 accepted and returned in *extra_out:
  * the trace's "at_ms". */
 tdl_status_t serve_request_parse(const char *text, size_t len, const serve_limits_t *limits,

@@ -337,3 +337,127 @@ tdl_status_t serve_wire_ack_decode(const unsigned char *buf, size_t len, int32_t
     *status_out = get_i32(&r);
     return TDL_OK;
 }
+
+/* ---- co-location: memberships, reloads, reports -------------------------------------------- */
+
+#define MEMBERS_FIXED_BYTES (4 + 4 + 4)
+#define REPORT_FIXED_BYTES  (4 + 4 + 4 + 8 + 8 + 4)
+
+_Static_assert(MEMBERS_FIXED_BYTES + 2 * SERVE_WIRE_MAX_WORKERS <= SERVE_USER_BYTES,
+               "a membership fits a command");
+_Static_assert(REPORT_FIXED_BYTES + sizeof(((serve_wire_report_t *)0)->path) <= SERVE_USER_BYTES,
+               "a report fits serve_worker_report");
+
+tdl_status_t serve_wire_members_encode(uint32_t op, const serve_wire_members_t *m,
+                                       serve_ctl_msg_t *msg)
+{
+    if (m->n < 1 || m->n > SERVE_WIRE_MAX_WORKERS)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "a membership of %u ranks (1 to %d)", m->n,
+                               SERVE_WIRE_MAX_WORKERS);
+    unsigned char *p = msg->data;
+    p = put_u32(p, m->epoch), p = put_u32(p, m->n), p = put_i32(p, m->root);
+    for (uint32_t i = 0; i < m->n; i++)
+        p = put_u8(put_u8(p, (uint8_t)(m->ranks[i] & 0xff)), (uint8_t)(m->ranks[i] >> 8));
+    msg->op = op;
+    msg->len = (uint32_t)(p - msg->data);
+    return TDL_OK;
+}
+
+tdl_status_t serve_wire_members_decode(const serve_ctl_msg_t *msg, int world,
+                                       serve_wire_members_t *m_out)
+{
+    reader_t r = {
+        .p = msg->data, .left = TDL_MIN(msg->len, (uint32_t)SERVE_USER_BYTES), .ok = true};
+    serve_wire_members_t m = {.epoch = get_u32(&r), .n = get_u32(&r), .root = get_i32(&r)};
+    if (!r.ok || m.n < 1 || m.n > SERVE_WIRE_MAX_WORKERS || (int)m.n > world - 1 ||
+        msg->len != MEMBERS_FIXED_BYTES + 2 * m.n)
+        return tdl_error_raise(TDL_ERR_CORRUPT,
+                               "a membership of %u bytes naming %u ranks in a "
+                               "world of %d",
+                               msg->len, r.ok ? m.n : 0, world);
+    bool root = false;
+    for (uint32_t i = 0; i < m.n; i++) {
+        int lo = get_u8(&r), k = lo | get_u8(&r) << 8;
+        if (k < 1 || k >= world)
+            return tdl_error_raise(TDL_ERR_CORRUPT,
+                                   "a membership naming rank %d (workers are 1 "
+                                   "to %d)",
+                                   k, world - 1);
+        for (uint32_t j = 0; j < i; j++)
+            if (m.ranks[j] == k)
+                return tdl_error_raise(TDL_ERR_CORRUPT, "a membership naming rank %d twice", k);
+        m.ranks[i] = (uint16_t)k;
+        root |= k == m.root;
+    }
+    if (!root)
+        return tdl_error_raise(TDL_ERR_CORRUPT, "a membership whose root %d is not a member",
+                               m.root);
+    *m_out = m;
+    return TDL_OK;
+}
+
+tdl_status_t serve_wire_reload_encode(const char *path, serve_ctl_msg_t *msg)
+{
+    size_t n = strlen(path);
+    if (n < 1 || n > SERVE_USER_BYTES)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                               "a checkpoint path of %zu bytes (1 to %d): "
+                               "use a shorter --out",
+                               n, SERVE_USER_BYTES);
+    msg->op = SERVE_OP_RELOAD;
+    msg->len = (uint32_t)n;
+    memcpy(msg->data, path, n);
+    return TDL_OK;
+}
+
+tdl_status_t serve_wire_reload_decode(const serve_ctl_msg_t *msg,
+                                      char path_out[SERVE_USER_BYTES + 1])
+{
+    if (msg->len < 1 || msg->len > SERVE_USER_BYTES || memchr(msg->data, 0, msg->len))
+        return tdl_error_raise(TDL_ERR_CORRUPT, "a reload of %u bytes%s", msg->len,
+                               msg->len <= SERVE_USER_BYTES && memchr(msg->data, 0, msg->len)
+                                   ? " with a NUL in its path"
+                                   : "");
+    memcpy(path_out, msg->data, msg->len);
+    path_out[msg->len] = '\0';
+    return TDL_OK;
+}
+
+tdl_status_t serve_wire_report_encode(const serve_wire_report_t *r, unsigned char *buf,
+                                      size_t *len_out)
+{
+    size_t n = strnlen(r->path, sizeof(r->path));
+    if (n == sizeof(r->path))
+        return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                               "a report's text of %zu bytes or more (at "
+                               "most %zu)",
+                               n, sizeof(r->path) - 1);
+    unsigned char *p = buf;
+    p = put_u32(p, r->kind), p = put_i32(p, r->rank), p = put_i32(p, r->members);
+    p = put_u64(p, (uint64_t)r->step), p = put_f64(p, r->loss), p = put_u32(p, (uint32_t)n);
+    memcpy(p, r->path, n);
+    *len_out = (size_t)(p - buf) + n;
+    return TDL_OK;
+}
+
+tdl_status_t serve_wire_report_decode(const unsigned char *buf, size_t len,
+                                      serve_wire_report_t *r_out)
+{
+    reader_t rd = {.p = buf, .left = len, .ok = true};
+    serve_wire_report_t r = {.kind = get_u32(&rd), .rank = get_i32(&rd)};
+    r.members = get_i32(&rd);
+    r.step = (int64_t)get_u64(&rd);
+    r.loss = get_f64(&rd);
+    uint32_t n = get_u32(&rd);
+    if (!rd.ok || n >= sizeof(r.path) || len != REPORT_FIXED_BYTES + n)
+        return tdl_error_raise(TDL_ERR_CORRUPT, "a report of %zu bytes", len);
+    if (r.kind < SERVE_REPORT_STEP || r.kind >= SERVE_REPORT_KINDS)
+        return tdl_error_raise(TDL_ERR_CORRUPT, "a report of kind %u", r.kind);
+    const unsigned char *text = take(&rd, n);
+    if (memchr(text, 0, n))
+        return tdl_error_raise(TDL_ERR_CORRUPT, "a report whose text holds a NUL");
+    memcpy(r.path, text, n);
+    r.path[n] = '\0';
+    *r_out = r;
+    return TDL_OK;
+}

@@ -60,12 +60,65 @@ static inline bool serve_wire_member(const int *ranks, int n, int r)
 /* SERVE_OP_STOP (serve.h) is 2; ops above it are the caller's own (below). */
 #define SERVE_OP_TASK 1
 
-/* ==== commands of the caller's own ============================================================ */
+/* ==== commands of the caller's own: co-location (tidal run) ================================ */
 
 /* Ops > SERVE_OP_STOP with up to SERVE_USER_BYTES of payload, sent by serve_dispatcher_send and
- * returned by serve_worker_run / serve_worker_poll as a serve_ctl_msg_t; what the payload holds is
- * the caller's. Their op codes and the layouts of their payloads (and of the reports executors
- * send with serve_worker_report) belong here. */
+ * returned by serve_worker_run / serve_worker_poll as a serve_ctl_msg_t, and the reports workers
+ * send with serve_worker_report. Payloads are encoded and checked here, as the commands below. */
+#define SERVE_OP_RESIZE 10 /* to training's leader: the membership after the current step */
+#define SERVE_OP_JOIN   11 /* to a serving worker: join training in this membership */
+#define SERVE_OP_RELOAD 12 /* to a serving worker: serve the weights of this checkpoint */
+
+#define SERVE_WIRE_MAX_WORKERS 112
+
+/* A training membership: world ranks in order (the first leads), and the rank whose state a
+ * group that grows starts from.
+ *   u32 epoch, u32 n, i32 root, u16 ranks[n] */
+typedef struct serve_wire_members {
+    uint32_t epoch, n;
+    int32_t root;
+    uint16_t ranks[SERVE_WIRE_MAX_WORKERS];
+} serve_wire_members_t;
+
+typedef enum {
+    SERVE_REPORT_STEP = 1, /* training's leader: a step done (step, loss, members) */
+    SERVE_REPORT_LEFT,     /* this rank left training and serves */
+    SERVE_REPORT_JOINED,   /* this rank trains in the new membership */
+    SERVE_REPORT_CKPT,     /* the leader wrote checkpoint `path` at `step` */
+    SERVE_REPORT_DONE,     /* training ran its last step */
+    SERVE_REPORT_ERROR,    /* this rank failed: `path` says why */
+    SERVE_REPORT_RESUMED,  /* training resumed `path` at `step` */
+    SERVE_REPORT_KINDS
+} serve_report_kind_t;
+
+/* A worker's report to rank 0.
+ *   u32 kind, i32 rank, i32 members, i64 step, f64 loss, u32 len, u8 path[len] */
+typedef struct serve_wire_report {
+    uint32_t kind;
+    int32_t rank, members;
+    int64_t step;
+    double loss;
+    char path[200]; /* a NUL-terminated text */
+} serve_wire_report_t;
+
+/* A RESIZE or JOIN (op) carrying m; TDL_ERR_INVALID_ARG when m has no member or too many. */
+tdl_status_t serve_wire_members_encode(uint32_t op, const serve_wire_members_t *m,
+                                       serve_ctl_msg_t *msg);
+/* The membership of a RESIZE or JOIN in a world of `world` ranks: 1 .. world - 1 distinct
+ * workers, the root among them. TDL_ERR_CORRUPT names what is wrong; *m_out is left alone. */
+tdl_status_t serve_wire_members_decode(const serve_ctl_msg_t *msg, int world,
+                                       serve_wire_members_t *m_out);
+/* A RELOAD of `path` (1 .. SERVE_USER_BYTES bytes); and back, NUL-terminated. */
+tdl_status_t serve_wire_reload_encode(const char *path, serve_ctl_msg_t *msg);
+tdl_status_t serve_wire_reload_decode(const serve_ctl_msg_t *msg,
+                                      char path_out[SERVE_USER_BYTES + 1]);
+/* A report into buf (SERVE_USER_BYTES) and its length; a path too long for it is
+ * TDL_ERR_INVALID_ARG. */
+tdl_status_t serve_wire_report_encode(const serve_wire_report_t *r, unsigned char *buf,
+                                      size_t *len_out);
+/* TDL_ERR_CORRUPT naming what is wrong (length, kind, a path with a NUL); *r_out left alone. */
+tdl_status_t serve_wire_report_decode(const unsigned char *buf, size_t len,
+                                      serve_wire_report_t *r_out);
 
 /* ==== a command, rank 0 to an executor ======================================================== */
 

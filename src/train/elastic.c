@@ -27,8 +27,8 @@ static int index_of(const train_members_t *m, int r)
 
 /* The leader's part of a step boundary: its reports and checkpoint, and the decision. */
 static tdl_status_t lead(train_trainer_t *tr, const train_elastic_opts_t *o,
-                         const train_elastic_ops_t *ops, int members, bool finished,
-                         double loss, train_elastic_decision_t *dec)
+                         const train_elastic_ops_t *ops, int members, bool finished, double loss,
+                         train_elastic_decision_t *dec)
 {
     int64_t step = train_trainer_steps_done(tr);
     tdl_status_t st = TDL_OK;
@@ -36,8 +36,7 @@ static tdl_status_t lead(train_trainer_t *tr, const train_elastic_opts_t *o,
         st = ops->report(ops->user, TRAIN_EVENT_STEP, step, loss, members, NULL);
         if (st == TDL_OK && (step % o->ckpt_every == 0 || step == o->last_step)) {
             char path[1024];
-            st = train_checkpoint_dir_save(tr, o->ckpt_dir, o->keep, members, path,
-                                           sizeof(path));
+            st = train_checkpoint_dir_save(tr, o->ckpt_dir, o->keep, members, path, sizeof(path));
             if (st == TDL_OK)
                 st = ops->report(ops->user, TRAIN_EVENT_CKPT, step, loss, members, path);
         }
@@ -55,14 +54,13 @@ static tdl_status_t lead(train_trainer_t *tr, const train_elastic_opts_t *o,
 
 tdl_status_t train_elastic_run(train_trainer_t *tr, gfc_runtime_t *rt, int me,
                                const train_elastic_opts_t *o, const train_elastic_ops_t *ops,
-                               train_members_t *mem, bool sync, bool joined, bool *left,
-                               bool *stop)
+                               train_members_t *mem, bool sync, bool joined, bool *left, bool *stop)
 {
     *left = *stop = false;
     for (;;) {
         gfc_group_t g;
-        tdl_status_t st = gfc_group_init(&g, rt, mem->ranks, (int)mem->n,
-                                         TRAIN_NS_ELASTIC ^ mem->epoch);
+        tdl_status_t st =
+            gfc_group_init(&g, rt, mem->ranks, (int)mem->n, TRAIN_NS_ELASTIC ^ mem->epoch);
         if (st == TDL_OK && sync)
             st = train_trainer_sync(tr, &g, index_of(mem, mem->root));
         if (st == TDL_OK && joined)
@@ -96,9 +94,10 @@ tdl_status_t train_elastic_run(train_trainer_t *tr, gfc_runtime_t *rt, int me,
             }
             if (dec.op != TRAIN_ELASTIC_RESIZE || dec.next.n < 1 ||
                 dec.next.n > TRAIN_MEMBERS_MAX || index_of(&dec.next, dec.next.root) < 0)
-                return tdl_error_raise(TDL_ERR_CORRUPT, "rank %d (training): a decision it "
-                                       "cannot take (op %u, %u members)", me, dec.op,
-                                       dec.next.n);
+                return tdl_error_raise(TDL_ERR_CORRUPT,
+                                       "rank %d (training): a decision it "
+                                       "cannot take (op %u, %u members)",
+                                       me, dec.op, dec.next.n);
             /* a new group: the old members have the state; joiners get it from next.root */
             bool grows = false;
             for (uint32_t i = 0; i < dec.next.n; i++)

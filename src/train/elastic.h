@@ -46,8 +46,8 @@ typedef enum {
 
 typedef struct train_elastic_ops {
     void *user;
-    tdl_status_t (*report)(void *user, train_event_t event, int64_t step, double loss,
-                           int members, const char *path);
+    tdl_status_t (*report)(void *user, train_event_t event, int64_t step, double loss, int members,
+                           const char *path);
     /* The leader after each step: the coordinator's word, GO_ON when it said nothing. */
     tdl_status_t (*poll)(void *user, train_elastic_decision_t *out);
 } train_elastic_ops_t;

@@ -52,8 +52,7 @@ static void plot_loss(const char *dir)
              "title 'validation loss (held-out images)'\" 2>/dev/null",
              dir, dir);
     if (system(cmd) != 0)
-        TDL_WARN("gnuplot did not draw %s/loss.png (install gnuplot-nox); loss.csv is there",
-                 dir);
+        TDL_WARN("gnuplot did not draw %s/loss.png (install gnuplot-nox); loss.csv is there", dir);
 }
 
 tdl_status_t train_job_run(const train_job_opts_t *J, gfc_runtime_t *rt, int rank, int size,
@@ -191,8 +190,8 @@ tdl_status_t train_job_run(const train_job_opts_t *J, gfc_runtime_t *rt, int ran
                         free(sum);
                         goto out;
                     }
-                    st = train_checkpoint_dir_save_res(tr, ckpt_dir, keep, size,
-                                                       sum ? sum : res, saved, sizeof(saved));
+                    st = train_checkpoint_dir_save_res(tr, ckpt_dir, keep, size, sum ? sum : res,
+                                                       saved, sizeof(saved));
                     if (st == TDL_OK && (!last || any))
                         printf("checkpoint %s\n", saved);
                 }

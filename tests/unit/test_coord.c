@@ -97,8 +97,8 @@ static int run_to_answer(coord_t *c, got_t first, double *t, void *result, got_t
         tasks++;
         *t += cur.cmd.estimate_s;
         bool last = cur.cmd.task.kind == SERVE_TASK_DECODE;
-        if (coord_task_finished(c, *t, cur.cmd.request, true, last ? result : NULL,
-                                last ? 3 : 0) != TDL_OK)
+        if (coord_task_finished(c, *t, cur.cmd.request, true, last ? result : NULL, last ? 3 : 0) !=
+            TDL_OK)
             return -1;
         int n = take(c, g, 8);
         if (n != 1)
@@ -121,9 +121,8 @@ static void test_request(void)
     int n = take(c, g, 8);
     ok(n == 1 && g[0].cmd.kind == COORD_CMD_TASK && g[0].cmd.task.kind == SERVE_TASK_PREPARE,
        "its PREPARE starts at once");
-    ok(g[0].cmd.handle == &h && g[0].cmd.request == 0 && g[0].spec.id == 1 &&
-           g[0].spec.seed == 7 && g[0].spec.n == 2 && g[0].spec.cfg == 4.0f &&
-           g[0].spec.label == 3,
+    ok(g[0].cmd.handle == &h && g[0].cmd.request == 0 && g[0].spec.id == 1 && g[0].spec.seed == 7 &&
+           g[0].spec.n == 2 && g[0].spec.cfg == 4.0f && g[0].spec.label == 3,
        "with the caller's handle and the request as the executors take it");
     ok(g[0].cmd.task.nranks == 1 && g[0].ranks[0] >= 1 && g[0].ranks[0] <= 2 &&
            g[0].cmd.task.nprev == 0 && g[0].cmd.task.seq == 0,
@@ -209,8 +208,9 @@ static void test_failure_and_deadline(void)
     /* static_sp2 on one executor: it never places, and the coordinator says so */
     c = serving(1, "static_sp2");
     coord_request_arrive(c, 0, &p, NULL);
-    is_int(coord_tick(c, 0.1, 0), TDL_ERR_INTERNAL, "a policy that leaves a request waiting on "
-                                                    "idle executors is an error");
+    is_int(coord_tick(c, 0.1, 0), TDL_ERR_INTERNAL,
+           "a policy that leaves a request waiting on "
+           "idle executors is an error");
     ok(strstr(tdl_error_get(), "static_sp2") != NULL, "naming the policy: %s", tdl_error_get());
     coord_free(c);
 }
@@ -280,8 +280,7 @@ static void test_burst(void)
     coord_training_get(c, &t);
     ok(t.training == 2 && t.serving == 1 && t.moves_to_serve == 1, "2 train, 1 serves");
     double now = 0.31;
-    ok(run_to_answer(c, g[0], &now, NULL, &ans, kinds) == 5 && ans.cmd.ok,
-       "the request is served");
+    ok(run_to_answer(c, g[0], &now, NULL, &ans, kinds) == 5 && ans.cmd.ok, "the request is served");
 
     r = rep(SERVE_REPORT_CKPT, 1, 4, "runs/x/ckpt/ckpt-00000004.h5");
     coord_report(c, 0.5, 1, &r);
@@ -301,8 +300,8 @@ static void test_burst(void)
     ok(n == 2 && g[0].cmd.kind == COORD_CMD_JOIN && g[0].cmd.worker == 3 &&
            g[1].cmd.kind == COORD_CMD_RESIZE && g[1].cmd.worker == 1,
        "after it: a join to rank 3 and a resize to the leader");
-    ok(g[0].cmd.members.n == 3 && g[0].cmd.members.ranks[2] == 3 &&
-           g[0].cmd.members.epoch == 2 && g[0].cmd.members.root == 1 &&
+    ok(g[0].cmd.members.n == 3 && g[0].cmd.members.ranks[2] == 3 && g[0].cmd.members.epoch == 2 &&
+           g[0].cmd.members.root == 1 &&
            !memcmp(&g[0].cmd.members, &g[1].cmd.members, sizeof(g[0].cmd.members)),
        "both name {1, 2, 3}, epoch 2, the state from rank 1");
     r = rep(SERVE_REPORT_JOINED, 3, 5, NULL);
@@ -423,8 +422,10 @@ static void test_allocation_failures(void)
     long made = tdl_alloc_fail_after(-1);
     quiet = false;
     ok(st == TDL_OK, "the burst runs through once enough allocations succeed (%ld)", n - 1);
-    ok(runs > 10 && clean, "each of the %d allocations before that failed cleanly, naming "
-                           "the memory (%ld allocations in the last run)", runs - 1, made);
+    ok(runs > 10 && clean,
+       "each of the %d allocations before that failed cleanly, naming "
+       "the memory (%ld allocations in the last run)",
+       runs - 1, made);
     for (int i = 0; i < 2; i++) {
         const coord_realloc_ops_t *ops = coord_realloc_find(i ? "static" : "slo_first");
         void *state = NULL;

@@ -269,6 +269,80 @@ static void test_guidance(void)
        "a float scale as a spec holds it");
 }
 
+/* The co-location messages: memberships, reloads and reports, bytes worked out by hand. */
+static void test_colocation(void)
+{
+    serve_wire_members_t m = {.epoch = 3, .n = 3, .root = 2, .ranks = {1, 2, 300}}, back;
+    serve_ctl_msg_t msg;
+    is_int(serve_wire_members_encode(SERVE_OP_JOIN, &m, &msg), TDL_OK, "a membership encodes");
+    static const unsigned char want[] = {3, 0, 0, 0, 3, 0, 0, 0, 2, 0, 0, 0, 1, 0, 2, 0, 44, 1};
+    ok(msg.op == SERVE_OP_JOIN && msg.len == sizeof(want) && !memcmp(msg.data, want, sizeof(want)),
+       "as u32 epoch, u32 n, i32 root, u16 ranks, little-endian (%u bytes)", msg.len);
+    memset(&back, 0x5a, sizeof(back));
+    ok(serve_wire_members_decode(&msg, 301, &back) == TDL_OK && back.epoch == 3 && back.n == 3 &&
+           back.root == 2 && back.ranks[2] == 300,
+       "and decodes in a world of 301");
+    is_int(serve_wire_members_decode(&msg, 300, &back), TDL_ERR_CORRUPT,
+           "rank 300 in a world of 300 is refused");
+    ok(strstr(tdl_error_get(), "rank 300") != NULL, "naming it: %s", tdl_error_get());
+    serve_ctl_msg_t bad = msg;
+    bad.data[14] = 1; /* rank 1 twice */
+    is_int(serve_wire_members_decode(&bad, 301, &back), TDL_ERR_CORRUPT, "a rank twice");
+    bad = msg;
+    bad.data[8] = 9; /* root 9 */
+    is_int(serve_wire_members_decode(&bad, 301, &back), TDL_ERR_CORRUPT, "a root outside it");
+    bad = msg;
+    bad.len--;
+    is_int(serve_wire_members_decode(&bad, 301, &back), TDL_ERR_CORRUPT, "one byte short");
+    bad = msg;
+    bad.data[4] = 200; /* n = 200 */
+    is_int(serve_wire_members_decode(&bad, 301, &back), TDL_ERR_CORRUPT, "too many ranks");
+    bad = msg;
+    bad.data[12] = 0; /* rank 0, the coordinator */
+    is_int(serve_wire_members_decode(&bad, 301, &back), TDL_ERR_CORRUPT, "rank 0");
+    ok(back.epoch == 3 && back.ranks[2] == 300, "a refusal leaves the output alone");
+    m.n = 0;
+    is_int(serve_wire_members_encode(SERVE_OP_RESIZE, &m, &msg), TDL_ERR_INVALID_ARG,
+           "an empty membership is not sent");
+
+    char path[SERVE_USER_BYTES + 1];
+    ok(serve_wire_reload_encode("runs/r/ckpt/ckpt-00000100.h5", &msg) == TDL_OK &&
+           serve_wire_reload_decode(&msg, path) == TDL_OK &&
+           !strcmp(path, "runs/r/ckpt/ckpt-00000100.h5"),
+       "a reload carries its path");
+    msg.data[3] = 0;
+    is_int(serve_wire_reload_decode(&msg, path), TDL_ERR_CORRUPT, "a path with a NUL is refused");
+    char longp[SERVE_USER_BYTES + 2];
+    memset(longp, 'a', sizeof(longp) - 1);
+    longp[sizeof(longp) - 1] = '\0';
+    is_int(serve_wire_reload_encode(longp, &msg), TDL_ERR_INVALID_ARG, "a path too long for it");
+
+    serve_wire_report_t r = {.kind = SERVE_REPORT_CKPT,
+                             .rank = 1,
+                             .members = 3,
+                             .step = -2,
+                             .loss = 0.25},
+                        rb;
+    snprintf(r.path, sizeof(r.path), "a.h5");
+    unsigned char buf[SERVE_USER_BYTES];
+    size_t len = 0;
+    is_int(serve_wire_report_encode(&r, buf, &len), TDL_OK, "a report encodes");
+    is_int((int)len, 4 + 4 + 4 + 8 + 8 + 4 + 4, "in 36 bytes for a path of 4");
+    ok(buf[12] == 0xfe && buf[19] == 0xff && buf[32] == 'a',
+       "step -2 as two's complement, the path after the length");
+    ok(serve_wire_report_decode(buf, len, &rb) == TDL_OK && rb.kind == SERVE_REPORT_CKPT &&
+           rb.step == -2 && rb.loss == 0.25 && rb.members == 3 && !strcmp(rb.path, "a.h5"),
+       "and decodes");
+    is_int(serve_wire_report_decode(buf, len - 1, &rb), TDL_ERR_CORRUPT, "a report cut short");
+    buf[0] = 99;
+    is_int(serve_wire_report_decode(buf, len, &rb), TDL_ERR_CORRUPT, "a report of kind 99");
+    buf[0] = SERVE_REPORT_CKPT, buf[33] = 0;
+    is_int(serve_wire_report_decode(buf, len, &rb), TDL_ERR_CORRUPT, "a NUL in its text");
+    memset(r.path, 'x', sizeof(r.path));
+    is_int(serve_wire_report_encode(&r, buf, &len), TDL_ERR_INVALID_ARG,
+           "a text that fills the field without its NUL is not sent");
+}
+
 int main(void)
 {
     test_task_round_trip();
@@ -278,5 +352,6 @@ int main(void)
     test_corruptions();
     test_helpers();
     test_guidance();
+    test_colocation();
     return done_testing();
 }
