@@ -6,11 +6,6 @@
 
 #include "dit/dit_internal.h"
 
-#ifdef TIDAL_HAVE_CUDA
-tdl_status_t dit_backend_cuda_open(int gpu, int local_rank, dit_backend_t **be_out);
-#endif
-tdl_status_t dit_backend_cuda_emu_open(int gpu, int local_rank, dit_backend_t **be_out);
-
 /* This process's rank among those of its node, from the launcher (-1: not launched by one). */
 static int node_local_rank(void)
 {

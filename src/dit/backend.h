@@ -74,4 +74,15 @@ typedef struct dit_backend {
 /* The CPU backend (static, nothing to close). */
 const dit_backend_t *dit_backend_cpu(void);
 
+/* The CUDA backend (cuda/dit.cu, built where CUDA is) and the same code emulated on the CPU
+ * (built everywhere, for tests); gpu < 0: the node-local rank's GPU modulo the visible ones. */
+#ifdef __cplusplus
+extern "C" {
+#endif
+tdl_status_t dit_backend_cuda_open(int gpu, int local_rank, dit_backend_t **be_out);
+tdl_status_t dit_backend_cuda_emu_open(int gpu, int local_rank, dit_backend_t **be_out);
+#ifdef __cplusplus
+}
+#endif
+
 #endif /* TIDAL_DIT_BACKEND_H */
