@@ -137,7 +137,7 @@ const coord_cmd_t *coord_command_next(coord_t *c)
     if (c->out.kind == COORD_CMD_TASK) {
         c->out.spec = &c->reqs[c->out.request].spec;
         c->out.task.ranks = c->pool + p->ranks_at;
-        c->out.task.prev = c->out.task.nprev ? c->pool + p->prev_at : NULL;
+        c->out.task.prev = c->pool + p->prev_at; /* never NULL: memcpy of 0 from it is fine */
     }
     c->out.why = c->out.path = p->text;
     return &c->out;

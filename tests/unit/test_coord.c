@@ -60,7 +60,8 @@ static int take(coord_t *c, got_t *out, int max)
         g->cmd = *cmd;
         if (cmd->kind == COORD_CMD_TASK) {
             memcpy(g->ranks, cmd->task.ranks, (size_t)cmd->task.nranks * sizeof(int));
-            memcpy(g->prev, cmd->task.prev, (size_t)cmd->task.nprev * sizeof(int));
+            if (cmd->task.nprev)
+                memcpy(g->prev, cmd->task.prev, (size_t)cmd->task.nprev * sizeof(int));
             g->spec = *cmd->spec;
         }
         snprintf(g->text, sizeof(g->text), "%s", cmd->why ? cmd->why : "");
