@@ -9,14 +9,15 @@
 
 #include "ckpt/ckpt_internal.h"
 
-/* Opens the file and its root attribute `key`, which must hold one value. */
+/* Opens the file and its root attribute `key`, which must hold one value, and its type. */
 static tdl_status_t ckpt_attr_open(const char *path, const char *key, hid_t *file_out,
-                                   hid_t *attr_out)
+                                   hid_t *attr_out, hid_t *type_out, H5T_class_t *class_out)
 {
     if (!path || !*path || !key || !*key)
         return tdl_error_raise(TDL_ERR_INVALID_ARG, "ckpt attribute lookup: no %s given",
                                !path || !*path ? "path" : "key");
     hid_t file = H5I_INVALID_HID, attr = H5I_INVALID_HID, space = H5I_INVALID_HID;
+    hid_t type = H5I_INVALID_HID;
     tdl_status_t st = ckpt_open_read(path, &file);
     if (st != TDL_OK)
         return st;
@@ -55,11 +56,20 @@ static tdl_status_t ckpt_attr_open(const char *path, const char *key, hid_t *fil
         goto err;
     }
     ckpt_h5_close(&space);
+    type = H5Aget_type(attr);
+    if (type < 0) {
+        st = ckpt_h5_raise(TDL_ERR_CORRUPT, "%s: cannot read the type of the attribute %s", path,
+                           key);
+        goto err;
+    }
     *file_out = file;
     *attr_out = attr;
+    *type_out = type;
+    *class_out = H5Tget_class(type);
     return TDL_OK;
 
 err:
+    ckpt_h5_close(&type);
     ckpt_h5_close(&space);
     ckpt_h5_close(&attr);
     ckpt_h5_close(&file);
@@ -74,16 +84,10 @@ static tdl_status_t ckpt_attr_read_number(const char *path, const char *key, hid
     ckpt_h5_quiet_t quiet;
     ckpt_h5_quiet(&quiet);
     hid_t file = H5I_INVALID_HID, attr = H5I_INVALID_HID, type = H5I_INVALID_HID;
-    tdl_status_t st = ckpt_attr_open(path, key, &file, &attr);
+    H5T_class_t cls;
+    tdl_status_t st = ckpt_attr_open(path, key, &file, &attr, &type, &cls);
     if (st != TDL_OK)
         goto out;
-    type = H5Aget_type(attr);
-    if (type < 0) {
-        st = ckpt_h5_raise(TDL_ERR_CORRUPT, "%s: cannot read the type of the attribute %s", path,
-                           key);
-        goto out;
-    }
-    H5T_class_t cls = H5Tget_class(type);
     if (!(cls == H5T_INTEGER && accept_int) && !(cls == H5T_FLOAT && accept_float)) {
         st = tdl_error_raise(TDL_ERR_MISMATCH, "%s: the attribute %s holds %s data, expected %s",
                              path, key, ckpt_class_str(cls), want);
@@ -172,16 +176,10 @@ static tdl_status_t ckpt_attr_read_string_unlocked(const char *path, const char 
     ckpt_h5_quiet_t quiet;
     ckpt_h5_quiet(&quiet);
     hid_t file = H5I_INVALID_HID, attr = H5I_INVALID_HID, type = H5I_INVALID_HID;
-    tdl_status_t st = ckpt_attr_open(path, key, &file, &attr);
+    H5T_class_t cls;
+    tdl_status_t st = ckpt_attr_open(path, key, &file, &attr, &type, &cls);
     if (st != TDL_OK)
         goto out;
-    type = H5Aget_type(attr);
-    if (type < 0) {
-        st = ckpt_h5_raise(TDL_ERR_CORRUPT, "%s: cannot read the type of the attribute %s", path,
-                           key);
-        goto out;
-    }
-    H5T_class_t cls = H5Tget_class(type);
     if (cls != H5T_STRING) {
         st = tdl_error_raise(TDL_ERR_MISMATCH,
                              "%s: the attribute %s holds %s data, expected a string", path, key,
