@@ -199,9 +199,6 @@ static tdl_status_t on_start(void *user, const coord_sched_task_t *t)
         .estimate_s = t->estimate_s};
     p->ranks_at = ranks_at, p->prev_at = prev_at;
     r->kind = kind, r->first = t->ranks[0] + 1, r->last = t->ranks[t->degree - 1] + 1;
-    TDL_DEBUG("request %llu: %s%s on ranks %d..%d (%d), estimate %.4f s",
-              (unsigned long long)r->spec.id, serve_task_name(kind), t->move ? " (moved)" : "",
-              r->first, r->last, t->degree, t->estimate_s);
     return TDL_OK;
 }
 
