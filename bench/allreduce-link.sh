@@ -22,26 +22,23 @@ bm_allreduce_link() { # gradient all-reduce per wire format over emulated 1, 10,
         printf '%s' "$g" | grep -qE '^[0-9]+(\.[0-9]+)?$' ||
             die "allreduce-link: --links: '$g' is not a speed in Gbit/s"
     done
-    bench_launch="mpirun --oversubscribe --bind-to none, one BLAS/OpenMP thread per rank; each"
-    bench_launch="$bench_launch rank in its own network namespace behind a veth rate-limited"
-    bench_launch="$bench_launch (tbf) both ways, UCX over TCP on it (bench/netns_link.sh)"
+    bench_launch="mpirun --bind-to none, one BLAS/OpenMP thread per rank, on an emulated"
+    bench_launch="$bench_launch cluster of $np hosts x 1 device (tools/cluster), host links"
+    bench_launch="$bench_launch rate-limited (tbf) both ways, UCX over TCP between hosts"
     if [ -n "$bench_norun" ]; then
         bench_ran_nps=$(csv_agg_np)
     else
         bench_build bench/allreduce_link
-        if ! why=$("$bench_dir/netns_link.sh" check 2>&1); then
+        if ! why=$("$top/tools/cluster" check 2>&1); then
             # never on loopback instead: an unlimited link would measure something else
-            bench_failed+=("no link emulation, nothing ran: $why")
+            bench_failed+=("no emulated cluster, nothing ran: $why")
         else
-            # tidal_mpirun, for the shell that netns_link.sh starts
+            # tidal_mpirun, for the shell that tools/cluster starts
             ml="MPIRUN=$(printf %q "$MPIRUN"); $(declare -f tidal_mpirun); tidal_mpirun \"\$@\""
             for g in $links; do
-                say "running allreduce_link at $np ranks, each behind a $g Gbit/s link"
-                echo "== netns_link.sh run --np $np --rate ${g}gbit -- mpirun -np $np" \
-                    "netns_link.sh exec-rank allreduce_link --link $g $quick ${args[*]}" \
-                    >>"$bench_log"
-                "$bench_dir/netns_link.sh" run --np "$np" --rate "${g}gbit" -- \
-                    bash -c "$ml" _ "$np" "$bench_dir/netns_link.sh" exec-rank "$prog" \
+                say "running allreduce_link on $np hosts x 1 device, host links of $g Gbit/s"
+                bench_cluster_note "${np}x1/${g}gbit"
+                bench_on_cluster "${np}x1/${g}gbit" bash -c "$ml" _ "$np" "$prog" \
                     --csv "$bench_csv" --link "$g" $quick "${args[@]}" 2>&1 |
                     tee -a "$bench_log" | sed -u "s/^/  ${g}g | /" >&2
                 rc=$?
@@ -107,12 +104,13 @@ bm_allreduce_link() { # gradient all-reduce per wire format over emulated 1, 10,
         "all-reduce (largest rank), wire_gbit_per_s = that over seconds (at most the link's" \
         "speed); rel_err = ||result - exact sum|| / ||exact sum||; speedup_vs_f32 = f32's" \
         "seconds / the format's"
-    bench_note "links: bench/netns_link.sh puts each rank in its own network namespace with a" \
-        "veth into a bridge, a tbf qdisc (rate = the link speed, burst max(256 KiB, 1 ms)," \
-        "latency 50 ms) on both ends, so every byte between two ranks crosses the sender's" \
-        "uplink and the receiver's downlink; UCX_TLS=tcp,self on the veth, MPI (start-up," \
-        "barriers) over shared memory; the tbf byte counters of every link are in the log" \
-        "(netns_link: rank K link: ...)"
+    bench_note "links: tools/cluster makes each rank a host (a network namespace) and a device" \
+        "(a cgroup with its share of a core, so that the codecs do not compete for cores), each" \
+        "host's veth into a bridge with a tbf qdisc (rate = the link speed, burst max(256 KiB," \
+        "1 ms), latency 50 ms) on both ends, so every byte between two ranks crosses the" \
+        "sender's uplink and the receiver's downlink; UCX over TCP on it, MPI's start-up and" \
+        "barriers too; the tbf byte counters of every host link are in the log (cluster: host" \
+        "hK link: ...)"
     if [ -s "$bench_csv" ]; then
         g=$(csv_agg max link_gbit)
         f=$(awk -F, -v f=f32 -v s="$size" -v g="$g" -v col=wire_gbit_per_s "$pick" "$bench_csv")

@@ -26,10 +26,9 @@ bm_time_to_loss() { # validation loss against wall time: the DiT on 4 ranks over
     [ -n "$seeds" ] || die "time-to-loss: --seeds needs at least one seed"
     printf '%s' "$link" | grep -qE '^[0-9]+(\.[0-9]+)?$' ||
         die "time-to-loss: --link '$link' is not a speed in Gbit/s"
-    bench_launch="mpirun --oversubscribe --bind-to none, one BLAS/OpenMP thread per rank; each"
-    bench_launch="$bench_launch rank in its own network namespace behind a veth rate-limited"
-    bench_launch="$bench_launch to $link Gbit/s (tbf) both ways, UCX over TCP on it"
-    bench_launch="$bench_launch (bench/netns_link.sh)"
+    bench_launch="mpirun --bind-to none, one BLAS/OpenMP thread per rank, on an emulated"
+    bench_launch="$bench_launch cluster of $np hosts x 1 device (tools/cluster), host links"
+    bench_launch="$bench_launch rate-limited to $link Gbit/s (tbf) both ways, UCX over TCP"
     if [ -n "$bench_norun" ]; then
         bench_ran_nps=$(csv_agg_np)
         # what the CSV's run did: the last step, and the first validation's step
@@ -37,8 +36,8 @@ bm_time_to_loss() { # validation loss against wall time: the DiT on 4 ranks over
         seeds=$(awk -F, 'NR > 1 && !seen[$2]++ { printf "%s ", $2 }' "$bench_csv" 2>/dev/null)
     else
         bench_build src/tidal
-        if ! why=$("$bench_dir/netns_link.sh" check 2>&1); then
-            bench_failed+=("no link emulation, nothing ran: $why")
+        if ! why=$("$top/tools/cluster" check 2>&1); then
+            bench_failed+=("no emulated cluster, nothing ran: $why")
         else
             ml="MPIRUN=$(printf %q "$MPIRUN"); $(declare -f tidal_mpirun); tidal_mpirun \"\$@\""
             tmp=$(mktemp) || die "cannot create a temporary file"
@@ -53,12 +52,8 @@ bm_time_to_loss() { # validation loss against wall time: the DiT on 4 ranks over
                     out=$results/$bench_name.runs/$f-seed$seed
                     say "running tidal train --allreduce $f --seed $seed at $np ranks over" \
                         "$link Gbit/s links"
-                    echo "== netns_link.sh run --np $np --rate ${link}gbit -- mpirun -np $np" \
-                        "netns_link.sh exec-rank tidal train --allreduce $f --seed $seed ..." \
-                        >>"$bench_log"
-                    # the same run for every format: steps, seed, data order, validation images
-                    "$bench_dir/netns_link.sh" run --np "$np" --rate "${link}gbit" -- \
-                        bash -c "$ml" _ "$np" "$bench_dir/netns_link.sh" exec-rank \
+                    bench_cluster_note "${np}x1/${link}gbit"
+                    bench_on_cluster "${np}x1/${link}gbit" bash -c "$ml" _ "$np" \
                         "$builddir/src/tidal" train --model fmnist --data fmnist --steps "$steps" \
                         --val-every "$val" --log-every "$val" --seed "$seed" --allreduce "$f" \
                         --ckpt-every 0 --resume none --out "$out" 2>&1 |
@@ -168,8 +163,9 @@ bm_time_to_loss() { # validation loss against wall time: the DiT on 4 ranks over
         "*_final_val_loss_rel_to_f32 = final val loss / f32's - 1;" \
         "dynamiq_final_raw_val_loss_rel_to_f32 = the same of val_loss; each run's loss.csv and" \
         "loss.png are in $bench_name.runs/FORMAT-seedSEED/"
-    bench_note "links: as allreduce-link (bench/netns_link.sh): one network namespace per rank," \
-        "a veth into a bridge with a tbf of $link Gbit/s on both ends; UCX over TCP on it"
+    bench_note "links: as allreduce-link (tools/cluster): each rank a host of its own and a device" \
+        "of a fixed share of a core, host links through a bridge with a tbf of $link Gbit/s on" \
+        "both ends; UCX over TCP on them"
     [ -n "$ran" ] || return 0
     # right: the second half of the steps, where the formats' differences show; the first seed
     v=$(csv_agg max 'step / 2')
