@@ -44,6 +44,7 @@ typedef struct gfc_runtime_config {
     size_t small_msg_bytes;      /* AUTO uses recursive doubling at or below this */
     size_t ring_chunk_bytes;     /* pipelining unit of the ring */
     size_t ring_codec_chunk_bytes; /* the same with a codec, in bytes of f32 values */
+    int64_t idle_sleep_us;       /* > 0: a waiting rank sleeps this long once idle as long */
 } gfc_runtime_config_t;
 
 /* The gfc parameters (gfc-timeout-ms, gfc-allreduce, ...) for the registry. */

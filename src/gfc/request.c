@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <time.h>
 
 #include "gfc/gfc_internal.h"
 
@@ -434,19 +436,46 @@ static void request_check_peers(gfc_request_t *req)
 
 #define GFC_LIVENESS_NS 100000000ull /* how often a waiting rank looks for dead peers */
 
+/* A waiting rank that has seen no event: after yield_after idle passes it yields its core, and
+ * with idle_sleep_us set it sleeps once nothing has happened for that long (with a timer slack of
+ * 1 us: the kernel's default would add 50 us to every sleep). */
+static void request_idle(gfc_runtime_t *rt, unsigned events, unsigned *idle, uint64_t *last_ns)
+{
+    int64_t us = rt->config.idle_sleep_us;
+    if (events) {
+        *idle = 0;
+        *last_ns = 0;
+        return;
+    }
+    if (us > 0) {
+        uint64_t now = tdl_clock_ns();
+        if (*last_ns == 0) {
+            *last_ns = now;
+        } else if (now - *last_ns >= (uint64_t)us * 1000u) {
+            prctl(PR_SET_TIMERSLACK, 1000UL); /* per thread, and cheap beside the sleep */
+            struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (us % 1000000) * 1000};
+            nanosleep(&ts, NULL);
+            return;
+        }
+    }
+    if (++*idle >= rt->yield_after) {
+        /* Ranks outnumber cores under oversubscription: let the peer run. */
+        sched_yield();
+        *idle = 0;
+    }
+}
+
 static tdl_status_t request_wait_one(gfc_request_t *req, uint64_t deadline)
 {
     gfc_runtime_t *rt = req->rt;
     unsigned idle = 0;
-    uint64_t next_check = tdl_clock_ns() + GFC_LIVENESS_NS;
+    uint64_t next_check = tdl_clock_ns() + GFC_LIVENESS_NS, idle_ns = 0;
     while (!req->finished) {
         unsigned events = progress_pass(rt, &req, 1);
         if (req->finished)
             break;
-        if (events == 0 && ++idle >= rt->yield_after) {
-            /* Ranks outnumber cores under oversubscription: let the peer run. */
-            sched_yield();
-            idle = 0;
+        request_idle(rt, events, &idle, &idle_ns);
+        if (events == 0) {
             uint64_t now = tdl_clock_ns();
             if (now > next_check) {
                 request_check_peers(req);
@@ -497,16 +526,15 @@ tdl_status_t gfc_request_wait_all(gfc_request_t **reqs, size_t count)
     uint64_t deadline = tdl_clock_ns() + (uint64_t)rt->config.timeout_ms * 1000000ull;
     bool pending = true;
     unsigned idle = 0;
-    uint64_t next_check = tdl_clock_ns() + GFC_LIVENESS_NS;
+    uint64_t next_check = tdl_clock_ns() + GFC_LIVENESS_NS, idle_ns = 0;
     while (pending) {
         pending = false;
         /* steps every active request, these among them, once */
         unsigned events = progress_pass(rt, reqs, count);
         for (size_t i = 0; i < count; i++)
             pending |= !reqs[i]->finished;
-        if (events == 0 && ++idle >= rt->yield_after) {
-            sched_yield();
-            idle = 0;
+        request_idle(rt, events, &idle, &idle_ns);
+        if (events == 0) {
             uint64_t now = tdl_clock_ns();
             if (now > next_check) {
                 for (size_t i = 0; i < count; i++)

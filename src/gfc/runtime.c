@@ -26,6 +26,11 @@ const tdl_param_def_t gfc_params[] = {
      "pipelining unit of the ring all-reduce with a gradient codec, bytes of f32 values (each "
      "chunk is encoded on its own: dynamiq spreads its bits within a chunk)",
      NULL, 1024, 1 << 30},
+    {"gfc-idle-sleep-us", TDL_PARAM_INT, "0",
+     "a rank waiting on a collective sleeps this many us at a time once nothing has arrived for "
+     "as long, instead of polling (0: always poll); a device of tools/cluster then spends none "
+     "of its share of a core on waiting, as a GPU would not",
+     NULL, 0, 100000},
 };
 const size_t gfc_nparams = TDL_ARRAY_SIZE(gfc_params);
 
@@ -55,6 +60,7 @@ tdl_status_t gfc_runtime_config_from_params(const tdl_params_t *params,
     c.small_msg_bytes = (size_t)tdl_param_int(params, "gfc-small-msg");
     c.ring_chunk_bytes = (size_t)tdl_param_int(params, "gfc-ring-chunk");
     c.ring_codec_chunk_bytes = (size_t)tdl_param_int(params, "gfc-ring-codec-chunk");
+    c.idle_sleep_us = tdl_param_int(params, "gfc-idle-sleep-us");
     *config_out = c;
     return TDL_OK;
 }
