@@ -1,0 +1,131 @@
+#!/bin/sh
+# tools/cluster itself: layouts it refuses (exit 2, before any set-up), the hosts and devices a
+# run gets, the shaped link's rate measured, COMMAND's exit status, and nothing left behind: after
+# a run, a failed COMMAND, SIGINT, and a run killed outright (cleaned up by the next).
+. "${TIDAL_BUILDDIR:-.}/tests/env.sh"
+. "$abs_top_srcdir/tests/cluster/common.sh"
+
+# inside the cluster: the ranks' host names and devices, one line per rank
+ranks_report() {
+    cluster_mpirun 4 sh -c 'g=`sed -n "s/^[0-9]*:cpu:\(.*\)/\1/p; s/^[0-9]*:cpu,cpuacct:\(.*\)/\1/p" /proc/self/cgroup | head -n 1`
+        echo "rank=$OMPI_COMM_WORLD_RANK host=`hostname` cg=$g quota=`cat /sys/fs/cgroup/cpu$g/cpu.cfs_quota_us` period=`cat /sys/fs/cgroup/cpu$g/cpu.cfs_period_us`"'
+}
+
+# inside the cluster: 12.5 MB from h0 to h1 over TCP; prints the seconds it took
+link_rate() {
+    port=`awk 'BEGIN { srand(); print 40000 + int(rand() * 9000) }'`
+    cluster_on h1 /usr/bin/python3 -c "
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(('0.0.0.0', $port)); s.listen(1); s.settimeout(30)
+c, _ = s.accept(); n = 0
+while True:
+    b = c.recv(1 << 20)
+    if not b: break
+    n += len(b)
+print(n, file=sys.stderr)" 2>"$TIDAL_CLUSTER_TMP.recv" &
+    srv=$!
+    sleep 0.5
+    h1=`cluster_on h1 ip -4 -o addr show dev eth0 | sed 's#.* inet \([0-9.]*\)/.*#\1#'`
+    cluster_on h0 /usr/bin/python3 -c "
+import socket, time
+s = socket.create_connection(('$h1', $port), timeout=30)
+buf = b'x' * (1 << 20); t = time.time()
+for _ in range(11): s.sendall(buf)
+s.sendall(buf[:(12500000 - 11 * (1 << 20))]); s.shutdown(socket.SHUT_WR); s.recv(1)
+print('%.3f' % (time.time() - t))"
+    wait $srv
+}
+
+leftovers() {
+    { ip netns list 2>/dev/null | awk '{ print $1 }'; ls /sys/fs/cgroup/cpu 2>/dev/null
+      ip -o link show 2>/dev/null | awk -F': ' '{ print $2 }'; } | grep "^$1" | tr '\n' ' '
+}
+
+cluster_enter "$@"
+cluster_check
+tmp=${TMPDIR:-/tmp}/tidal-cluster-test.$$
+mkdir -p "$tmp"
+trap 'rm -rf "$tmp"' EXIT
+export TIDAL_CLUSTER_TMP=$tmp/x
+
+# ---- refused layouts: exit 2, nothing made ----
+before=`leftovers tdlcl`
+out=`"$CLUSTER" --hosts 3 --ranks-per-host 3 --rank-cpu 0.25 -- true 2>&1`; rc=$?
+check "9 devices of 0.25 core on `nproc` cores refused with exit 2 ($rc)" [ $rc = 2 ]
+check "the refusal says how many cores the layout needs and what to do" sh -c \
+    "printf '%s' \"\$1\" | grep -q 'need 2.25 cores' && printf '%s' \"\$1\" | grep -q 'Use --rank-cpu'" _ "$out"
+for bad in "--hosts 0" "--hosts 17" "--ranks-per-host x" "--rank-cpu 1.5" "--link fast" \
+    "--link 1gbit,soon" "--period-us 10" "--bogus"; do
+    # shellcheck disable=SC2086
+    out=`"$CLUSTER" $bad -- true 2>&1`; rc=$?
+    check "'$bad' refused with exit 2 and a reason ($rc: `printf '%s' "$out" | head -n 1`)" \
+        sh -c "[ $rc = 2 ] && [ -n \"\$1\" ]" _ "$out"
+done
+out=`"$CLUSTER" --hosts 2 2>&1`; rc=$?
+check "no COMMAND: exit 2 ($rc)" [ $rc = 2 ]
+check "nothing was made by the refused runs" [ "`leftovers tdlcl`" = "$before" ]
+"$CLUSTER" --help >"$tmp/help" 2>&1; rc=$?
+check "--help: exit 0 and the options ($rc)" sh -c \
+    "[ $rc = 0 ] && grep -q -- '--ranks-per-host' '$tmp/help' && grep -q -- '--rank-cpu' '$tmp/help'"
+out=`"$CLUSTER" layout --hosts 2 --ranks-per-host 4 --rank-cpu 0.25 --link 1gbit`
+check "the layout line says hosts, ranks per host, the device's share and the link" sh -c \
+    "printf '%s' \"\$1\" | grep -q '2 hosts x 4 ranks, each rank a device of 0.25 core' &&
+     printf '%s' \"\$1\" | grep -q 'host links 1gbit'" _ "$out"
+
+# ---- a run: hosts, devices, exit status ----
+cluster_run --hosts 2 --ranks-per-host 2 --rank-cpu 0.25 --link 1gbit -- ranks_report \
+    >"$tmp/ranks" 2>"$tmp/ranks.err"; rc=$?
+check "a run of 4 ranks on 2 hosts x 2 exits 0 ($rc)" [ $rc = 0 ]
+diag "`sort "$tmp/ranks" | tr '\n' ';'`"
+check "ranks 0-1 on host h0, 2-3 on h1" sh -c \
+    "[ \"\`sort '$tmp/ranks' | sed 's/.*host=\([^ ]*\).*/\1/' | tr '\n' ' '\`\" = 'h0 h0 h1 h1 ' ]"
+check "each rank in a cgroup of its own" sh -c \
+    "[ \`sed 's/.*cg=\([^ ]*\).*/\1/' '$tmp/ranks' | sort -u | grep -c r\` = 4 ]"
+check "each device: a quarter of a core (quota / period = 0.25)" sh -c \
+    "awk '{ for (i = 1; i <= NF; i++) { split(\$i, kv, \"=\"); v[kv[1]] = kv[2] }
+            if (v[\"period\"] + 0 == 0 || v[\"quota\"] / v[\"period\"] != 0.25) bad = 1; n++ }
+          END { exit bad || n != 4 }' '$tmp/ranks'"
+check "the run printed its layout" grep -q 'emulated cluster: 2 hosts x 2 ranks' "$tmp/ranks.err"
+"$CLUSTER" --quiet --hosts 1 --ranks-per-host 1 -- sh -c 'exit 7' 2>/dev/null; rc=$?
+check "COMMAND's exit status is the run's (7: $rc)" [ $rc = 7 ]
+check "nothing left after a run and a failed COMMAND" [ "`leftovers tdlcl`" = "$before" ]
+
+# ---- the link: 12.5 MB at 100 Mbit/s take about a second ----
+cluster_run --hosts 2 --ranks-per-host 1 --link 100mbit -- link_rate >"$tmp/rate" 2>"$tmp/rate.err"
+secs=`tail -n 1 "$tmp/rate"`
+diag "12.5 MB from h0 to h1 at 100mbit: ${secs:-?} s (`cat "$tmp/x.recv" 2>/dev/null` bytes received)"
+check "the link runs at its rate: 12.5 MB at 100 Mbit/s in 0.85-1.5 s (${secs:-none})" \
+    awk -v s="${secs:-0}" 'BEGIN { exit !(s >= 0.85 && s <= 1.5) }'
+check "the link's counters show the bytes (host h0 sent > 11 MiB)" sh -c \
+    "grep 'host h0 link' '$tmp/rate.err' | awk '{ exit !(\$5 + 0 > 11) }'"
+
+# ---- SIGINT: COMMAND stopped, everything removed, exit 130 ----
+# (a background job of a script starts with SIGINT ignored, which no trap can undo: env resets it)
+env --default-signal=INT "$CLUSTER" --quiet --hosts 2 --ranks-per-host 1 -- sleep 61.5 >/dev/null 2>&1 &
+pid=$!
+n=0
+while [ -z "`leftovers tdlcl$pid`" ] && [ $n -lt 50 ]; do sleep 0.1; n=$((n + 1)); done
+check "a run's namespaces and cgroups exist while it runs (`leftovers tdlcl$pid | wc -w` objects)" \
+    [ -n "`leftovers tdlcl$pid`" ]
+kill -INT $pid
+wait $pid; rc=$?
+check "SIGINT: the run exits 130 ($rc)" [ $rc = 130 ]
+check "SIGINT: nothing left" [ -z "`leftovers tdlcl$pid`" ]
+check "SIGINT: its COMMAND is gone" sh -c "! pgrep -f 'sleep 61.5' >/dev/null"
+
+# ---- killed outright: the next run (or cleanup) removes what it left ----
+"$CLUSTER" --quiet --hosts 2 --ranks-per-host 1 -- sleep 62.5 >/dev/null 2>&1 &
+pid=$!
+n=0
+while [ -z "`leftovers tdlcl$pid`" ] && [ $n -lt 50 ]; do sleep 0.1; n=$((n + 1)); done
+kill -KILL $pid
+wait $pid 2>/dev/null
+pkill -f "^sleep 62.5$" 2>/dev/null # the orphaned COMMAND: no namespace holds it
+check "a run killed with SIGKILL leaves its namespaces behind" [ -n "`leftovers tdlcl$pid`" ]
+"$CLUSTER" cleanup 2>"$tmp/cleanup"
+left=`leftovers tdlcl$pid`
+check "tools/cluster cleanup removes them and says so" sh -c \
+    "[ -z '$left' ] && grep -q 'removing tdlcl$pid' '$tmp/cleanup'"
+
+done_testing
