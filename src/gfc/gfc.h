@@ -249,6 +249,17 @@ tdl_status_t gfc_allreduce(gfc_group_t *g, const void *send, void *recv, size_t 
 /* The UCX transports this process can use ("cma,posix,self,sysv,tcp"), sorted and without
  * duplicates, read from UCX's own component and memory-domain tables. */
 tdl_status_t gfc_transports_query(char *buf, size_t size);
+/* The UCX transports that carry tag messages (every gfc send) to world rank `peer`, as UCX
+ * names them: the distinct "tl/device" of the endpoint's lanes, in lane order, joined by '+':
+ * "sysv/memory+cma/memory" (eager by shared memory, rendezvous by CMA), "tcp/eth0",
+ * "self/memory0+cma/memory" to the caller itself. Read from ucp_ep_print_info: the lanes its
+ * protocol table for tagged messages names (protocol v2, gfc's default), else
+ * (UCX_PROTO_ENABLE=n) those marked for active messages or tag offload and the first rendezvous
+ * lane; a lane set up but never chosen (wire-up, a spare rendezvous lane) is left out. Creates
+ * the endpoint if needed, then flushes it so that wire-up is complete, up to the runtime's
+ * timeout: `peer` must be progressing its runtime meanwhile (waiting in a gfc call, or in this
+ * one towards the caller). Errors name the peer. */
+tdl_status_t gfc_peer_transport(gfc_runtime_t *rt, int peer, char *buf, size_t size);
 /* "1.13.1" */
 const char *gfc_ucx_version(void);
 
