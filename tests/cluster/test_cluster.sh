@@ -112,7 +112,7 @@ kill -INT $pid
 wait $pid; rc=$?
 check "SIGINT: the run exits 130 ($rc)" [ $rc = 130 ]
 check "SIGINT: nothing left" [ -z "`leftovers tdlcl$pid`" ]
-check "SIGINT: its COMMAND is gone" sh -c "! pgrep -f 'sleep 61.5' >/dev/null"
+check "SIGINT: its COMMAND is gone" sh -c "! pgrep -f '^sleep 61.5$' >/dev/null"
 
 # ---- killed outright: the next run (or cleanup) removes what it left ----
 "$CLUSTER" --quiet --hosts 2 --ranks-per-host 1 -- sleep 62.5 >/dev/null 2>&1 &
