@@ -37,6 +37,9 @@ print('%.3f' % (time.time() - t))"
     wait $srv
 }
 
+# inside the cluster: what UCX uses between each pair of ranks
+transports() { cluster_mpirun 4 "$TIDAL" info --transports; }
+
 leftovers() {
     { ip netns list 2>/dev/null | awk '{ print $1 }'; ls /sys/fs/cgroup/cpu 2>/dev/null
       ip -o link show 2>/dev/null | awk -F': ' '{ print $2 }'; } | grep "^$1" | tr '\n' ' '
@@ -90,6 +93,21 @@ check "the run printed its layout" grep -q 'emulated cluster: 2 hosts x 2 ranks'
 "$CLUSTER" --quiet --hosts 1 --ranks-per-host 1 -- sh -c 'exit 7' 2>/dev/null; rc=$?
 check "COMMAND's exit status is the run's (7: $rc)" [ $rc = 7 ]
 check "nothing left after a run and a failed COMMAND" [ "`leftovers tdlcl`" = "$before" ]
+
+# ---- the transports: shared memory within a host, TCP on eth0 between hosts ----
+cluster_run --hosts 2 --ranks-per-host 2 --rank-cpu 0.25 -- transports >"$tmp/tl" 2>"$tmp/tl.err"
+rc=$?
+diag "`grep '^transports:' "$tmp/tl"`"
+check "tidal info --transports on 2 hosts x 2: 12 pairs (exit $rc)" \
+    [ "`grep -c '^transport from=' "$tmp/tl"`" = 12 ]
+check "every pair within a host uses shared memory, never TCP" sh -c \
+    "grep '^transport from=' '$tmp/tl' | awk '{ split(\$4, a, \"=\"); split(\$5, b, \"=\")
+        if (a[2] == b[2]) { n++; if (\$6 ~ /tcp/ || \$6 !~ /(sysv|posix|cma)/) bad = 1 } }
+        END { exit bad || n != 4 }'"
+check "every pair across hosts uses TCP on eth0, the shaped link" sh -c \
+    "grep '^transport from=' '$tmp/tl' | awk '{ split(\$4, a, \"=\"); split(\$5, b, \"=\")
+        if (a[2] != b[2]) { n++; if (\$6 != \"tl=tcp/eth0\") bad = 1 } }
+        END { exit bad || n != 8 }'"
 
 # ---- the link: 12.5 MB at 100 Mbit/s take about a second ----
 cluster_run --hosts 2 --ranks-per-host 1 --link 100mbit -- link_rate >"$tmp/rate" 2>"$tmp/rate.err"
