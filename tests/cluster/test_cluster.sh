@@ -143,7 +143,8 @@ pkill -f "^sleep 62.5$" 2>/dev/null # the orphaned COMMAND: no namespace holds i
 check "a run killed with SIGKILL leaves its namespaces behind" [ -n "`leftovers tdlcl$pid`" ]
 "$CLUSTER" cleanup 2>"$tmp/cleanup"
 left=`leftovers tdlcl$pid`
-check "tools/cluster cleanup removes them and says so" sh -c \
-    "[ -z '$left' ] && grep -q 'removing tdlcl$pid' '$tmp/cleanup'"
+# (another test's run starting meanwhile may have removed them first: any run cleans up)
+diag "cleanup: `cat "$tmp/cleanup"`"
+check "tools/cluster cleanup leaves nothing of the killed run" [ -z "$left" ]
 
 done_testing
