@@ -4,7 +4,8 @@
 
 bm_gfc_allreduce() { # f32 sum bus bandwidth, gfc ring and butterfly against MPI_Allreduce, on 8 devices of one host and 2 hosts x 4
     bench_build bench-programs
-    bench_cluster_sweep "1x8 2x4" bench/gfc_allreduce
+    # gfc polls as Open MPI does (tools/cluster would have it sleep when idle): like for like
+    TIDAL_GFC_IDLE_SLEEP_US=0 bench_cluster_sweep "1x8 2x4" bench/gfc_allreduce
     local ge='bytes >= 1048576' lay h r
     for lay in $(bench_busbw_layouts); do
         h=${lay%x*} r=${lay#*x}

@@ -4,7 +4,8 @@
 
 bm_gfc_alltoall() { # all-to-all bus bandwidth, gfc_alltoall against MPI_Alltoall, on 8 devices of one host and 2 hosts x 4
     bench_build bench-programs
-    bench_cluster_sweep "1x8 2x4" bench/gfc_alltoall
+    # gfc polls as Open MPI does (tools/cluster would have it sleep when idle): like for like
+    TIDAL_GFC_IDLE_SLEEP_US=0 bench_cluster_sweep "1x8 2x4" bench/gfc_alltoall
     local lay h r
     for lay in $(bench_busbw_layouts); do
         h=${lay%x*} r=${lay#*x}
