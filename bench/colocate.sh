@@ -22,14 +22,18 @@ bm_colocate() { # tidal run against a static half-and-half partition on 1 coordi
     if [ -n "$bench_cluster" ]; then
         np=$(bench_cluster_np "$bench_cluster")
         # loads against the capacity of a cost model profiled on these devices: between the
-        # bursts 0.1 of one device per worker, in the bursts 0.9 (the static half saturates)
+        # bursts 0.1 of one device per worker, in the bursts 1.0 (twice what the static half
+        # serves); deadlines 4x the single-device time
         case " ${bench_extra[*]} " in *" --base "*) ;; *) base=0.1 ;; esac
-        case " ${bench_extra[*]} " in *" --burst "*) ;; *) burst=0.9 ;; esac
+        case " ${bench_extra[*]} " in *" --burst "*) ;; *) burst=1.0 ;; esac
+        case " ${bench_extra[*]} " in *" --alpha "*) ;; *) alpha=4 ;; esac
     fi
     if [ -z "$bench_norun" ]; then
         work=$(mktemp -d "${TMPDIR:-/tmp}/tidal-colocate.XXXXXX")
         echo "mode,requests,done,slo_violations,train_steps,train_images_per_s,realloc_p50_ms,realloc_p95_ms,over_budget_p95,batch,over_prev_step_p95,alpha" >"$bench_csv"
-        local q=$((secs / 6))
+        # two bursts, a tenth of the trace each, in calm: the static half must miss deadlines in
+        # them, and tidal run train on nearly every worker between them
+        local q=$((secs / 10))
         if [ -n "$bench_cluster" ]; then
             # the cost model of these devices, profiled on the same layout as the job
             say "profiling the serving cost model on the emulated cluster"
@@ -42,7 +46,7 @@ bm_colocate() { # tidal run against a static half-and-half partition on 1 coordi
         # its 2 cores shared by 5 processes; deadlines 8x the model's single-rank time (the
         # model is about 5x faster than a rank here that shares its core with training)
         "$tidal" workload --ranks $((np - 1)) --requests 0 ${cost:+--cost "$cost"} \
-            --phases "$base:$q,$burst:$q,$base:$q,$burst:$q,$base:$((secs - 4 * q))" \
+            --phases "$base:$((2 * q)),$burst:$q,$base:$((3 * q)),$burst:$q,$base:$((secs - 7 * q))" \
             --mix 0.8,0.2,0 --alpha "$alpha,$alpha,$alpha" --class-steps 20,20,20 --seed 5 -o "$work/trace.jsonl" \
             >>"$bench_log" 2>&1 || bench_failed+=("tidal workload")
         for mode in slo_first static; do
@@ -91,7 +95,7 @@ bm_colocate() { # tidal run against a static half-and-half partition on 1 coordi
     bench_table mode requests done slo_violations train_steps train_images_per_s realloc_p50_ms realloc_p95_ms over_budget_p95 over_prev_step_p95 batch
     bench_note "static: --realloc static --serve-ranks $(((np - 1) / 2)) (half of the $((np - 1)) workers serve, half train, all the time);" \
         "slo_first: tidal run's default policy; the same trace (tidal workload --phases, 80% 32 px and 20% 64 px, 20 Heun steps," \
-        "loads $base between two 1/6-long bursts of $burst, as fractions of the workers' single-device capacity under the cost model (profiled on the same layout when on the emulated cluster), deadlines $alpha x the cost model's single-rank time); realloc = from the decision to the rank's report that it serves;" \
+        "loads $base with two bursts of $burst, each a tenth of the trace (at 2/10 and 6/10 of it), as fractions of the workers' single-device capacity under the cost model (profiled on the same layout when on the emulated cluster), deadlines $alpha x the cost model's single-rank time); realloc = from the decision to the rank's report that it serves;" \
         "over_budget = each move's time / (the duration of the training step under way at the decision, which a leaving rank must finish as it is in that step's all-reduce, + 10 ms), p95 over the moves;" \
         "over_prev_step = the same against the step before the decision + 10 ms (a step slowed by the burst's serving on the shared cores overruns it)"
     bench_plot <<GP

@@ -439,11 +439,37 @@ static void test_allocation_failures(void)
     }
 }
 
+/* slo_first after a burst: seven ranks serve, the load is gone; nothing goes back before the
+ * cooldown, then all that serving does not need go back at once (one resize, not seven). */
+static void test_slo_first_return(void)
+{
+    const coord_realloc_ops_t *ops = coord_realloc_find("slo_first");
+    coord_realloc_opts_t o = {.drain_s = 2, .cooldown_s = 3};
+    void *state = NULL;
+    if (!ok(ops->create(&o, &state) == TDL_OK, "slo_first is created"))
+        return;
+    coord_realloc_view_t v = {.now = 10, .workers = 8, .serving = 1, .min_train = 1,
+                              .training = true, .waiting = 0, .running = 0, .backlog_s = 60};
+    is_int(ops->decide(state, &v), 7, "a backlog of 60 single-rank s to clear in 2 s: 7 serve");
+    v.serving = 7, v.backlog_s = 4, v.running = 1, v.now = 11;
+    is_int(ops->decide(state, &v), 7, "the backlog shrinks to 2 ranks' worth: none goes back yet");
+    v.now = 13.9;
+    is_int(ops->decide(state, &v), 7, "2.9 s later: still within the cooldown");
+    v.now = 14.1;
+    is_int(ops->decide(state, &v), 2, "past the cooldown: 5 go back together, 2 keep serving");
+    v.serving = 2, v.now = 14.2, v.backlog_s = 0, v.running = 0;
+    is_int(ops->decide(state, &v), 2, "a further return waits a cooldown of its own");
+    v.now = 17.3;
+    is_int(ops->decide(state, &v), 0, "and then the rest go back");
+    ops->destroy(state);
+}
+
 int main(void)
 {
     test_request();
     test_failure_and_deadline();
     test_burst();
+    test_slo_first_return();
     test_allocation_failures();
     return done_testing();
 }

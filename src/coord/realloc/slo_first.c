@@ -1,6 +1,8 @@
 /* slo_first: serving first while its deadlines are at risk or its backlog would not clear
- * within drain_s; ranks go back to training one at a time, and only after serving has needed
- * fewer of them for cooldown_s, so they do not flap. */
+ * within drain_s; ranks go back to training only after serving has needed fewer of them for
+ * cooldown_s, so they do not flap, and then all that serving does not need, in one resize: one
+ * at a time, a burst's ranks took a cooldown each to come back (seven ranks, 18 s at the default
+ * 3 s), and each return cost training a resize of its own. */
 #include "config.h"
 
 #include <math.h>
@@ -41,14 +43,14 @@ static int slo_first_decide(void *state, const coord_realloc_view_t *v)
         s->lower_since = v->now;
     if (v->now - s->lower_since < s->o.cooldown_s)
         return v->serving;
-    s->lower_since = v->now; /* the next one waits a cooldown again */
-    return coord_realloc_clamp(v, v->serving - 1);
+    s->lower_since = -1; /* a further return waits a cooldown again */
+    return want;
 }
 
 const coord_realloc_ops_t coord_realloc_slo_first = {
     .name = "slo_first",
-    .summary = "serving first while its backlog or deadlines need it; back to training one rank "
-               "at a time after a cooldown",
+    .summary = "serving first while its backlog or deadlines need it; back to training, all "
+               "that serving no longer needs, after a cooldown",
     .create = slo_first_create,
     .destroy = free,
     .decide = slo_first_decide};
