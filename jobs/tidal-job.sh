@@ -134,15 +134,18 @@ tidal_job_launch() {
         [ "$(id -u)" = 0 ] && cmd+=(--allow-run-as-root)
         if [ -n "$group" ]; then
             # mpirun reads the allocation from SLURM_* and starts its daemons with srun: give
-            # it the component's own job (each component of a het job is a job of its own)
+            # it the component's nodes and tasks, and its daemons' srun the component
+            # (--het-group). SLURM_JOB_ID stays the job's: srun refuses a component's own id
+            # ("Job not heterogeneous job leader").
             local pair n
             cmd=(env)
-            for pair in JOB_ID:JOB_ID JOBID:JOB_ID JOB_NODELIST:JOB_NODELIST NODELIST:JOB_NODELIST \
+            for pair in JOB_NODELIST:JOB_NODELIST NODELIST:JOB_NODELIST \
                 NNODES:JOB_NUM_NODES JOB_NUM_NODES:JOB_NUM_NODES NTASKS:NTASKS NPROCS:NTASKS \
                 TASKS_PER_NODE:TASKS_PER_NODE JOB_CPUS_PER_NODE:JOB_CPUS_PER_NODE; do
                 n=SLURM_${pair#*:}_HET_GROUP_$group
                 [ -n "${!n:-}" ] && cmd+=("SLURM_${pair%%:*}=${!n}")
             done
+            cmd+=("OMPI_MCA_plm_slurm_args=${OMPI_MCA_plm_slurm_args:+$OMPI_MCA_plm_slurm_args }--het-group=$group")
             cmd+=(mpirun -np "$ntasks")
             [ "$(id -u)" = 0 ] && cmd+=(--allow-run-as-root)
         fi

@@ -1,0 +1,87 @@
+# What the emulated-cluster tests share, sourced after tests/env.sh: a skip where no cluster can
+# be made here, a command run on one (tools/cluster), and mpirun inside it.
+#
+#   cluster_check                                  # skips the whole test, with the reason
+#   cluster_run --hosts 2 --ranks-per-host 2 -- CMD...
+#   cluster_enter "$@"                             # once the test's functions are defined
+#
+# CMD may be one of the test's shell functions: the test script then runs again inside the
+# cluster, and cluster_enter calls that function there and exits with its status.
+CLUSTER="$abs_top_srcdir/tools/cluster"
+
+cluster_check() {
+    cl_why=`"$CLUSTER" check 2>&1` ||
+        { echo "1..0 # SKIP no emulated cluster here: `printf '%s' "$cl_why" | tail -n 1`"; exit 0; }
+}
+
+# cluster_run LAYOUT_OPTS... -- CMD...: CMD on a cluster of that layout, bounded in time. CMD
+# runs in the test script started again with --in-cluster (cluster_enter), so that it may be one
+# of the test's functions. tools/cluster's lines (the layout, the links' counters) go to stderr.
+cluster_run() {
+    cl_n=$#; cl_seen=""
+    for cl_a in "$@"; do
+        if [ "$cl_a" = -- ] && [ -z "$cl_seen" ]; then
+            cl_seen=1; set -- "$@" -- sh "$cluster_self" --in-cluster
+        else
+            set -- "$@" "$cl_a"
+        fi
+    done
+    shift $cl_n
+    timeout "${TIDAL_TEST_TIMEOUT:-300}" "$CLUSTER" "$@"
+}
+cluster_self=$0
+cluster_enter() {
+    [ "${1:-}" = --in-cluster ] || return 0
+    shift
+    "$@"
+    exit $?
+}
+
+# mpirun inside the cluster, as tidal_mpirun outside it: the hosts' slots place the ranks,
+# oversubscribed only past them (TIDAL_CLUSTER_RANKS).
+cluster_mpirun() {
+    cl_np=$1; shift
+    set -- -np "$cl_np" --bind-to none -x OPENBLAS_NUM_THREADS=1 -x OMP_NUM_THREADS=1 "$@"
+    [ "$cl_np" -le "${TIDAL_CLUSTER_RANKS:-0}" ] || set -- --oversubscribe "$@"
+    if [ "`id -u`" = 0 ]; then set -- --allow-run-as-root "$@"; fi
+    timeout "${TIDAL_TEST_TIMEOUT:-300}" "$MPIRUN" "$@"
+}
+
+# cluster_on HOST CMD...: CMD in the network namespace of host HOST (h0, h1, ...) of this cluster.
+cluster_on() {
+    cl_h=$1; shift
+    nsenter --net="/run/netns/$TIDAL_CLUSTER-$cl_h" "$@"
+}
+
+# cluster_serve_images DIR ID... -- LAUNCH...: LAUNCH (tidal_mpirun or cluster_mpirun, and a
+# `tidal serve --listen 127.0.0.1:0 --trace T` whose requests have these ids) in the background;
+# each request's PNG into DIR/ID.png, its HTTP status into DIR/codes; then SIGTERM to mpirun.
+# The server's output is DIR/serve.out. On a cluster rank 0 is on h0, and curl goes there.
+cluster_serve_images() {
+    cl_dir=$1; shift
+    cl_ids=""
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do cl_ids="$cl_ids $1"; shift; done
+    shift
+    cl_on=""
+    [ -n "${TIDAL_CLUSTER:-}" ] && cl_on="cluster_on h0"
+    : >"$cl_dir/codes"
+    "$@" >"$cl_dir/serve.out" 2>&1 &
+    cl_pid=$!
+    cl_port="" cl_n=0
+    while [ -z "$cl_port" ] && [ $cl_n -lt 600 ] && kill -0 $cl_pid 2>/dev/null; do
+        sleep 0.1; cl_n=$((cl_n + 1))
+        cl_port=`sed -n 's/.*listening on http:\/\/[^ ]*:\([0-9][0-9]*\).*/\1/p' "$cl_dir/serve.out"`
+    done
+    for cl_id in $cl_ids; do
+        cl_code=none cl_n=0
+        while [ -n "$cl_port" ] && [ $cl_n -lt 300 ]; do # a trace request is 404 until it arrives
+            cl_code=`$cl_on curl -s -o "$cl_dir/$cl_id.png" -w '%{http_code}' \
+                "http://127.0.0.1:$cl_port/v1/images/$cl_id?format=png&wait=1"`
+            [ "$cl_code" = 404 ] || break
+            sleep 0.1; cl_n=$((cl_n + 1))
+        done
+        echo "$cl_id $cl_code" >>"$cl_dir/codes"
+    done
+    kill -TERM `ps -o pid= --ppid $cl_pid` 2>/dev/null
+    wait $cl_pid
+}
