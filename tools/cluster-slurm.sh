@@ -3,7 +3,7 @@
 #   munged     in the root namespace, its own key and socket in the run's folder (a unix socket in
 #              /tmp: the hosts' namespaces share the file system, so slurmd, the jobs, sbatch and
 #              srun all reach it)
-#   slurmctld  in the root namespace, at 10.78.N.254 (the unshaped link to the switch)
+#   slurmctld  in the head namespace (where COMMAND runs), at 10.78.N.254 (the unshaped link to the switch)
 #   slurmd     one per host, inside the host's namespace under its host name hK (NodeName=hK,
 #              NodeAddr=10.78.N.(K+1)), with CPUs= the host's devices: a node holds as many tasks
 #              as the host has devices, so `sbatch -N 2 --ntasks-per-node=R` fills the cluster
@@ -139,7 +139,7 @@ cl_slurm_up() {
         for k in $(seq 0 $((cl_hosts - 1))); do mkdir -p "$d/spool/h$k" "$d/tmp/h$k"; done
         chmod 1777 "$d/tmp"/h*
         cl_slurm_conf "$d" "$net" "$base" >"$d/slurm.conf"
-        slurmctld -D -i >"$d/slurmctld.out" 2>&1 &
+        nsenter --net="/run/netns/$p-head" slurmctld -D -i >"$d/slurmctld.out" 2>&1 &
         ctld=$!
         echo "$ctld" >>"$d/slurm.pids"
         pids=""
@@ -157,7 +157,8 @@ cl_slurm_up() {
         while [ $n -lt 160 ]; do
             for pid in $ctld $pids; do kill -0 "$pid" 2>/dev/null || dead=$pid; done
             [ -n "$dead" ] && break
-            st=$(timeout 5 sinfo -h -o %T 2>/dev/null | sort -u | tr '\n' ' ')
+            st=$(timeout 5 nsenter --net="/run/netns/$p-head" sinfo -h -o %T 2>/dev/null |
+                 sort -u | tr '\n' ' ')
             if [ "$st" = "idle " ]; then
                 # no "Killed" notices from this shell when tools/cluster's clean-up ends them
                 # shellcheck disable=SC2086

@@ -53,21 +53,24 @@ trap 'rm -rf "$tmp"' EXIT
 export TIDAL_CLUSTER_TMP=$tmp/x
 
 # ---- refused layouts: exit 2, nothing made ----
-before=`leftovers tdlcl`
-out=`"$CLUSTER" --hosts 3 --ranks-per-host 3 --rank-cpu 0.25 -- true 2>&1`; rc=$?
+# (each run's objects are named by its pid: other tests may run clusters of their own meanwhile)
+made=""
+refused() { "$CLUSTER" "$@" >"$tmp/refused" 2>&1 & rpid=$!; wait $rpid; rc=$?
+            out=`cat "$tmp/refused"`; made="$made`leftovers tdlcl$rpid`"; }
+refused --hosts 3 --ranks-per-host 3 --rank-cpu 0.25 -- true
 check "9 devices of 0.25 core on `nproc` cores refused with exit 2 ($rc)" [ $rc = 2 ]
 check "the refusal says how many cores the layout needs and what to do" sh -c \
     "printf '%s' \"\$1\" | grep -q 'need 2.25 cores' && printf '%s' \"\$1\" | grep -q 'Use --rank-cpu'" _ "$out"
 for bad in "--hosts 0" "--hosts 17" "--ranks-per-host x" "--rank-cpu 1.5" "--link fast" \
     "--link 1gbit,soon" "--period-us 10" "--bogus"; do
     # shellcheck disable=SC2086
-    out=`"$CLUSTER" $bad -- true 2>&1`; rc=$?
+    refused $bad -- true
     check "'$bad' refused with exit 2 and a reason ($rc: `printf '%s' "$out" | head -n 1`)" \
         sh -c "[ $rc = 2 ] && [ -n \"\$1\" ]" _ "$out"
 done
 out=`"$CLUSTER" --hosts 2 2>&1`; rc=$?
 check "no COMMAND: exit 2 ($rc)" [ $rc = 2 ]
-check "nothing was made by the refused runs" [ "`leftovers tdlcl`" = "$before" ]
+check "nothing was made by the refused runs" [ -z "$made" ]
 "$CLUSTER" --help >"$tmp/help" 2>&1; rc=$?
 check "--help: exit 0 and the options ($rc)" sh -c \
     "[ $rc = 0 ] && grep -q -- '--ranks-per-host' '$tmp/help' && grep -q -- '--rank-cpu' '$tmp/help'"
@@ -90,9 +93,13 @@ check "each device: a quarter of a core (quota / period = 0.25)" sh -c \
             if (v[\"period\"] + 0 == 0 || v[\"quota\"] / v[\"period\"] != 0.25) bad = 1; n++ }
           END { exit bad || n != 4 }' '$tmp/ranks'"
 check "the run printed its layout" grep -q 'emulated cluster: 2 hosts x 2 ranks' "$tmp/ranks.err"
-"$CLUSTER" --quiet --hosts 1 --ranks-per-host 1 -- sh -c 'exit 7' 2>/dev/null; rc=$?
+"$CLUSTER" --quiet --hosts 1 --ranks-per-host 1 -- sh -c "echo \$TIDAL_CLUSTER >'$tmp/p7'; exit 7" \
+    2>/dev/null; rc=$?
 check "COMMAND's exit status is the run's (7: $rc)" [ $rc = 7 ]
-check "nothing left after a run and a failed COMMAND" [ "`leftovers tdlcl`" = "$before" ]
+p4=`sed -n 's#.*cg=/\(tdlcl[0-9]*\)/.*#\1#p' "$tmp/ranks" | head -n 1`
+p7=`cat "$tmp/p7" 2>/dev/null`
+check "nothing left after a run ($p4) and a failed COMMAND ($p7)" \
+    sh -c "[ -n '$p4' ] && [ -n '$p7' ] && [ -z \"$(leftovers $p4)$(leftovers $p7)\" ]"
 
 # ---- the transports: shared memory within a host, TCP on eth0 between hosts ----
 cluster_run --hosts 2 --ranks-per-host 2 --rank-cpu 0.25 -- transports >"$tmp/tl" 2>"$tmp/tl.err"
@@ -123,7 +130,7 @@ check "the link's counters show the bytes (host h0 sent > 11 MiB)" sh -c \
 env --default-signal=INT "$CLUSTER" --quiet --hosts 2 --ranks-per-host 1 -- sleep 61.5 >/dev/null 2>&1 &
 pid=$!
 n=0
-while [ -z "`leftovers tdlcl$pid`" ] && [ $n -lt 50 ]; do sleep 0.1; n=$((n + 1)); done
+while [ -z "`leftovers tdlcl$pid`" ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n + 1)); done
 check "a run's namespaces and cgroups exist while it runs (`leftovers tdlcl$pid | wc -w` objects)" \
     [ -n "`leftovers tdlcl$pid`" ]
 kill -INT $pid
@@ -136,7 +143,7 @@ check "SIGINT: its COMMAND is gone" sh -c "! pgrep -f '^sleep 61.5$' >/dev/null"
 "$CLUSTER" --quiet --hosts 2 --ranks-per-host 1 -- sleep 62.5 >/dev/null 2>&1 &
 pid=$!
 n=0
-while [ -z "`leftovers tdlcl$pid`" ] && [ $n -lt 50 ]; do sleep 0.1; n=$((n + 1)); done
+while [ -z "`leftovers tdlcl$pid`" ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n + 1)); done
 kill -KILL $pid
 wait $pid 2>/dev/null
 pkill -f "^sleep 62.5$" 2>/dev/null # the orphaned COMMAND: no namespace holds it
