@@ -54,10 +54,10 @@ nodes_main() {
     }
     w=$slurm_dir/work
     mkdir -p "$w"
-    net=`ip -4 -o addr show dev "$TIDAL_CLUSTER" |
+    net=`ip -4 -o addr show dev eth0 |
         sed -n 's#.* 10\.78\.\([0-9]*\)\.254/.*#\1#p'`
 
-    # srun from the root namespace: PMIx across the nodes, a host name per namespace
+    # srun from the head namespace (where tools/cluster runs this): PMIx across the nodes, a host name per namespace
     out=$w/info.out
     timeout 60 srun --mpi=pmix -N 2 --ntasks-per-node=2 "$TIDAL" info >"$out" 2>&1
     check "srun --mpi=pmix -N 2 --ntasks-per-node=2 tidal info: 4 ranks, 2 on h0, 2 on h1" \
