@@ -143,7 +143,9 @@ check "SIGINT: its COMMAND is gone" sh -c "! pgrep -f '^sleep 61.5$' >/dev/null"
 "$CLUSTER" --quiet --hosts 2 --ranks-per-host 1 -- sleep 62.5 >/dev/null 2>&1 &
 pid=$!
 n=0
-while [ -z "`leftovers tdlcl$pid`" ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n + 1)); done
+# killed once its set-up is done (its last step: the devices), not in the middle of it
+while [ ! -d "/sys/fs/cgroup/cpu/tdlcl$pid/r1" ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n + 1)); done
+sleep 0.5
 kill -KILL $pid
 wait $pid 2>/dev/null
 pkill -f "^sleep 62.5$" 2>/dev/null # the orphaned COMMAND: no namespace holds it
