@@ -4,9 +4,12 @@
 #   cluster_check                                  # skips the whole test, with the reason
 #   cluster_run --hosts 2 --ranks-per-host 2 -- CMD...
 #   cluster_enter "$@"                             # once the test's functions are defined
+#   cluster_mpirun N PROGRAM...                    # inside: N ranks placed on the hosts
+#   cluster_on h0 CMD...                           # inside: CMD in host h0's network
 #
 # CMD may be one of the test's shell functions: the test script then runs again inside the
-# cluster, and cluster_enter calls that function there and exits with its status.
+# cluster (so its functions must come before cluster_enter, and its side effects after), and
+# cluster_enter calls that function there and exits with its status.
 CLUSTER="$abs_top_srcdir/tools/cluster"
 
 cluster_check() {
@@ -84,4 +87,11 @@ cluster_serve_images() {
     done
     kill -TERM `ps -o pid= --ppid $cl_pid` 2>/dev/null
     wait $cl_pid
+}
+
+# cluster_sent HOST: the bytes HOST's link has sent so far (the tbf counter of its end), where
+# tools/cluster's summary in MiB is too coarse
+cluster_sent() {
+    tc -n "$TIDAL_CLUSTER-$1" -s qdisc show dev eth0 2>/dev/null |
+        awk '$1 == "qdisc" && $2 == "tbf" { t = 1 } t && $1 == "Sent" { print $2; exit }'
 }

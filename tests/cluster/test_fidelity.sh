@@ -1,8 +1,8 @@
 #!/bin/sh
 # The emulated cluster (tools/cluster) measures what it claims:
 # - a rank's compute rate does not depend on how many ranks run: the same sampling work on 1, 4
-#   and 8 devices of 0.25 core (8 x 0.25 = this machine's 2 cores), every rank within 10% of the
-#   rate of the device that ran alone;
+#   and 8 devices of 0.22 core (8 of them fill this machine's 2 cores), every rank within 10% of
+#   the rate of the device that ran alone;
 # - the layout a run prints is the one asked for, and the one the ranks find themselves in (their
 #   hosts, their devices' quotas);
 # - a trace served on 2 hosts x 2 ranks gives byte for byte the PNGs of 4 ranks on one host;
@@ -13,25 +13,33 @@
 
 # ---- run inside the cluster ------------------------------------------------------------------
 
-# One rank: its host, its device (cgroup) and quota, and the seconds of PIECES fixed pieces of
-# compute, one after the other: tidal generate's sampling of 8 images in 10 steps (it times the
-# sampling alone, not the program's start).
-rank_rate() { # CKPT DIR PIECES
+# One rank: its host, its device (cgroup) and quota, and one fixed piece of compute: tidal
+# generate sampling 8 images in 10 steps, the seconds it prints (the sampling alone), the wall
+# seconds and CPU seconds of the whole program (the device's share of a core: CPU / wall).
+rank_rate() { # CKPT DIR
     r=$OMPI_COMM_WORLD_RANK
     cg=`sed -n 's/^[0-9]*:\([^:]*,\)\{0,1\}cpu\(,[^:]*\)\{0,1\}:\(.*\)/\3/p' /proc/self/cgroup`
     q=`cat "/sys/fs/cgroup/cpu$cg/cpu.cfs_quota_us"`/`cat "/sys/fs/cgroup/cpu$cg/cpu.cfs_period_us"`
-    for k in `seq "$3"`; do
-        t0=`date +%s.%N`
-        out=`"$TIDAL" generate --ckpt "$1" --n 8 --steps 10 --sampler euler --output "$2/g$r.png"` ||
-            return 1
-        t1=`date +%s.%N`
-        echo "rate: rank $r host `hostname` quota $q start $t0 end $t1 seconds" \
-            `printf '%s\n' "$out" | sed -n 's/.* in \([0-9.]*\) s -> .*/\1/p'`
-    done
+    times >"$2/cpu0.$r"
+    t0=`date +%s.%N`
+    "$TIDAL" generate --ckpt "$1" --n 8 --steps 10 --sampler euler --output "$2/g$r.png" \
+        >"$2/gen.$r" || return 1
+    t1=`date +%s.%N`
+    times >"$2/cpu1.$r"
+    cpu=`cat "$2/cpu0.$r" "$2/cpu1.$r" | awk 'function s(t) { sub(/s$/, "", t); split(t, a, "m")
+        return a[1] * 60 + a[2] } NR == 2 { c0 = s($1) + s($2) } NR == 4 { c1 = s($1) + s($2) }
+        END { printf "%.3f", c1 - c0 }'`
+    echo "rate: rank $r host `hostname` quota $q start $t0 end $t1 seconds" \
+        `sed -n 's/.* in \([0-9.]*\) s -> .*/\1/p' "$2/gen.$r"` cpu $cpu
 }
-rates() { # CKPT DIR PIECES: every device of the cluster at once
+# what the machine's cores did meanwhile: busy jiffies and all jiffies (/proc/stat)
+cpu_jiffies() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat; }
+rates() { # CKPT DIR: every device of the cluster at once
     echo "layout: $TIDAL_CLUSTER_LAYOUT"
-    cluster_mpirun "$TIDAL_CLUSTER_RANKS" sh "$cluster_self" --in-cluster rank_rate "$@"
+    j0=`cpu_jiffies`
+    cluster_mpirun "$TIDAL_CLUSTER_RANKS" sh "$cluster_self" --in-cluster rank_rate "$@" || return 1
+    echo "machine: $j0 `cpu_jiffies` `getconf _NPROCESSORS_ONLN`" |
+        awk '{ printf "machine: %.2f cores busy\n", ($4 - $2) / ($5 - $3) * $6 }'
 }
 serve_trace() { # DIR IDS ARGS...: the trace's PNGs from tidal serve on 4 ranks, here or on a cluster
     d=$1; ids=$2; shift 2
@@ -69,53 +77,64 @@ layout_ok() {
     [ "$printed" = "$seen" ]
 }
 
-# ---- compute rate: 1, 4 and 8 devices of 0.22 core, and 1 again ------------------------------
+# ---- compute rate: 1, 4 and 8 devices of 0.22 core, 1 between ------------------------------
 # (0.22, not 0.25: eight quarters are the whole machine, and then mpirun, its daemons and the
 # kernel take their time from the devices; 8 x 0.22 leaves them 0.24 of a core)
-# The lone device's rate is the mean of 2 pieces before the others and 2 after (the machine's
-# own speed drifts). When a rank is off, the whole measurement is made once more: noise passes
-# the second time, a rate that depends on the ranks fails it again.
+# The machine's own speed drifts (a virtual machine's host): each of the 4 and 8 devices is set
+# against the lone device measured just before and just after it. When a rank is off, the whole
+# measurement is made once more: noise passes the second time, a rate that depends on the ranks
+# fails it again. Other work on the machine (another test) cannot take a device's share, but it
+# does take the caches of the core between the device's turns: a lone device beside it computes
+# slower per CPU second, by as much as 30% here. So the rates are compared where the lone
+# device had the machine to itself (less than 0.4 core of other work), and otherwise only shown.
 for attempt in 1 2; do
-    for l in 1x1 2x2 2x4 1x1b; do
-        h=${l%%x*}; r=${l#*x}; r=${r%b}; pieces=1
-        [ $h$r = 11 ] && pieces=2
+    for l in 1x1a 2x2 1x1b 2x4 1x1c; do
+        h=${l%%x*}; r=${l#*x}; r=${r%[abc]}
         cluster_run --hosts $h --ranks-per-host $r --rank-cpu 0.22 --link 1gbit -- \
-            rates "$ckpt" "$dir" $pieces >"$dir/rate$l.out" 2>"$dir/rate$l.err"
+            rates "$ckpt" "$dir" >"$dir/rate$l.out" 2>"$dir/rate$l.err"
         rc=$?
         check "$h x $r devices: each rank sampled (rc=$rc)" \
-            [ $rc = 0 -a "`grep -c '^rate: .* seconds [0-9]' "$dir/rate$l.out"`" = $((h * r * pieces)) ]
+            [ $rc = 0 -a "`grep -c '^rate: .* seconds [0-9.]* cpu [0-9]' "$dir/rate$l.out"`" = $((h * r)) ]
         [ $rc = 0 ] || tail -n 5 "$dir/rate$l.err" | sed 's/^/# /'
         check "$h x $r: the layout printed is the one asked for" layout_ok rate$l $h $r 0.22 1gbit
-        # the ranks found themselves where the layout says: r on each host, a 0.25-core quota each
+        # the ranks found themselves where the layout says: r on each host, a 0.22-core quota each
         check "$h x $r: $r ranks on each of h0..h$((h - 1)), each in a device of quota 1100/5000 us" \
-            awk -v h=$h -v r=$r -v p=$pieces '/^rate:/ { n[$5]++; bad += $7 != "1100/5000" }
-                END { for (k = 0; k < h; k++) bad += n["h" k] != r * p; exit bad != 0 }' \
+            awk -v h=$h -v r=$r '/^rate:/ { n[$5]++; bad += $7 != "1100/5000" }
+                END { for (k = 0; k < h; k++) bad += n["h" k] != r; exit bad != 0 }' \
             "$dir/rate$l.out"
     done
-    # the rate: images x steps per second
-    awk '/^rate:/ { printf "%s %s %s %s %.2f\n", FILENAME, $3, $5, $13, 80 / $13 }' \
-        "$dir"/rate*.out | sed "s#$dir/rate##; s#\.out##" >"$dir/rates"
-    sed 's/^\([^ ]*\) \([^ ]*\) \([^ ]*\) \([^ ]*\) \(.*\)/\1: rank \2 on \3, \4 s, \5 images x steps per s/' \
-        "$dir/rates" | sed 's/^/# /'
-    awk '$1 ~ /^1x1/ { b += $5; nb++ } $1 !~ /^1x1/ { v[$1 " rank " $2] = $5 }
-         END { b /= nb; lo = 1; hi = 1
-               for (k in v) { x = v[k] / b; if (x < lo) lo = x; if (x > hi) hi = x
+    # per rank: layout, rank, host, sampling seconds, images x steps per second, share of a core;
+    # per run: the cores the rest of the machine kept busy
+    for l in 1x1a 2x2 1x1b 2x4 1x1c; do
+        awk -v l=$l '/^rate:/ { printf "%s %s %s %s %.2f %.3f\n", l, $3, $5, $13, 80 / $13,
+                                       $15 / ($11 - $9); cpu += $15 / ($11 - $9) }
+                     /^machine:/ { busy = $2 }
+                     END { printf "%s other %.2f\n", l, busy - cpu }' "$dir/rate$l.out"
+    done >"$dir/rates"
+    awk 'NF == 6 { printf "# %s: rank %s on %s, %s s, %s images x steps per s, %.3f of a core\n",
+                          $1, $2, $3, $4, $5, $6 }
+         NF == 3 { printf "# %s: %s cores of other work beside the devices\n", $1, $3 }' "$dir/rates"
+    awk 'NF != 6 { next } $1 ~ /^1x1/ { one[substr($1, 4)] = $5; next } { v[$1 " rank " $2] = $5 }
+         END { lo = 2; hi = 0
+               for (k in v) { b = k ~ /^2x2/ ? (one["a"] + one["b"]) / 2 : (one["b"] + one["c"]) / 2
+                              x = b > 0 ? v[k] / b : 0; if (x < lo) lo = x; if (x > hi) hi = x
                               bad += x < 0.9 || x > 1.1 }
-               printf "# against the lone device (%.2f): from %.3f to %.3f of it\n", b, lo, hi
+               printf "# against the lone device before and after: from %.3f to %.3f of it\n", lo, hi
                exit bad != 0 }' "$dir/rates" >"$dir/ratio"
     rc=$?
     cat "$dir/ratio"
+    busy=`awk '$1 ~ /^1x1/ && $2 == "other" && $3 > m { m = $3 } END { printf "%.2f", m }' "$dir/rates"`
     [ $rc = 0 ] && break
     [ $attempt = 1 ] && diag "a rank was off by more than 10%: measuring once more"
 done
-# A device's rate is a measurement of the whole machine: with other work running (make check runs
-# tests side by side) the kernel's scheduling delays reach the devices, and the comparison says
-# nothing about the emulation. It counts only on a machine otherwise idle.
-load=`cut -d' ' -f1 /proc/loadavg`
-if awk -v l="$load" -v n="\`nproc\`" 'BEGIN { exit !(l < n) }' || [ $rc = 0 ]; then
+# the share each device got: CPU seconds of the whole program / its wall seconds
+# (at least 85%: the kernel's tick, 4 ms at 250 Hz, can delay a device's turn in its period)
+check "every device of 1, 4 and 8 had its 0.22 of a core (85% to 105% of it)" \
+    awk 'NF == 6 { if ($6 < 0.187 || $6 > 0.231) bad++ } END { exit bad != 0 }' "$dir/rates"
+if [ $rc = 0 ] || awk -v b="$busy" 'BEGIN { exit !(b < 0.4) }'; then
     check "every rank of 4 and of 8 devices computes within 10% of one device alone" [ $rc = 0 ]
 else
-    skip "the machine is busy (load average $load on `nproc` cores): a device's rate against one alone measures the other work, not the emulation"
+    skip "rates not compared: up to $busy cores of other work ran beside the lone device"
 fi
 # the 8 ranks really ran together: the last one started before the first one ended
 check "the 8 devices sampled at the same time" awk '/^rate:/ {
@@ -137,8 +156,8 @@ serve_trace "$dir/one" "$ids" --trace "$dir/trace.jsonl" --ckpt "$ckpt" --sp 2 >
 cluster_run --hosts 2 --ranks-per-host 2 --rank-cpu 0.5 --link 1gbit -- \
     serve_trace "$dir/two" "$ids" --trace "$dir/trace.jsonl" --ckpt "$ckpt" --sp 2 \
     >"$dir/serve2.out" 2>"$dir/serve2.err"
-for w in one two; do
-    check "$w host(s): every request of the trace answered 200" \
+for w in one two; do # one host, two hosts
+    check "$w: every request of the trace answered 200" \
         [ "`grep -c ' 200$' "$dir/$w/codes"`" = 6 ]
     [ "`grep -c ' 200$' "$dir/$w/codes"`" = 6 ] || sed 's/^/# /' "$dir/$w/codes" "$dir/$w/serve.out"
 done
