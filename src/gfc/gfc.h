@@ -45,6 +45,8 @@ typedef struct gfc_runtime_config {
     size_t ring_chunk_bytes;     /* pipelining unit of the ring */
     size_t ring_codec_chunk_bytes; /* the same with a codec, in bytes of f32 values */
     int64_t idle_sleep_us;       /* > 0: a waiting rank sleeps this long once idle as long */
+    int64_t keepalive_ms;        /* how often each rank tells every peer it is alive */
+    int64_t dead_after_ms;       /* a peer silent this long is declared dead (0: no keep-alive) */
 } gfc_runtime_config_t;
 
 /* The gfc parameters (gfc-timeout-ms, gfc-allreduce, ...) for the registry. */
@@ -73,6 +75,27 @@ typedef struct gfc_stats {
     uint64_t bytes_sent;
 } gfc_stats_t;
 void gfc_runtime_stats(const gfc_runtime_t *rt, gfc_stats_t *stats_out);
+
+/* ---- liveness -----------------------------------------------------------------------------
+ * A thread of each runtime tells every peer every keepalive_ms that it is alive. A peer is
+ * declared dead once and for good when it has been silent for dead_after_ms (killed, stopped,
+ * hung, cut off), when its process is gone (same host), or when UCX reports its connection
+ * failed; the rank that declares it tells the others. From then on every collective and
+ * transfer whose group holds it fails on every member with TDL_ERR_PEER naming it, whatever
+ * the member was waiting for. A rank that learns others hold it dead is fenced: every gfc call
+ * fails. A destroyed runtime tells its peers it has left (not dead). See doc/gfc.md. */
+
+/* True while `peer` is neither declared dead nor gone. */
+bool gfc_peer_alive(gfc_runtime_t *rt, int peer);
+/* Why `peer` is not alive ("no keep-alive for 2.1 s ...", "its process (pid 123) has exited",
+ * "declared dead by rank 2", "has left ..."); "" while it is. */
+const char *gfc_peer_why(const gfc_runtime_t *rt, int peer);
+/* The ranks declared dead so far, ascending: writes up to max of them, returns how many. */
+int gfc_dead_ranks(gfc_runtime_t *rt, int *ranks, int max);
+/* How many peers have been declared dead: cheap to poll for a change. */
+int gfc_runtime_dead_count(gfc_runtime_t *rt);
+/* The rank that declared this one dead (every gfc call fails from then on), or -1. */
+int gfc_runtime_fenced_by(gfc_runtime_t *rt);
 
 /* ---- groups ------------------------------------------------------------------------------ */
 

@@ -2,6 +2,8 @@
 #ifndef TIDAL_GFC_INTERNAL_H
 #define TIDAL_GFC_INTERNAL_H
 
+#include <stdatomic.h>
+
 #include <ucp/api/ucp.h>
 
 #include "gfc/gfc.h"
@@ -10,12 +12,24 @@
 #define GFC_MAX_CHUNKS 64
 
 /* What each rank publishes at start-up ahead of its UCX worker address. */
-#define GFC_CARD_MAGIC 0x67666331u /* "gfc1" */
+#define GFC_CARD_MAGIC 0x67666332u /* "gfc2" */
 typedef struct gfc_peer_card {
     uint32_t magic;
     uint32_t pid;
     unsigned char host[16]; /* hash of host name and boot id */
+    uint32_t addr_len;      /* the worker address, right after the card */
+    uint32_t live_len;      /* the keep-alive worker's address after it (0: no keep-alive) */
 } gfc_peer_card_t;
+
+/* What this rank knows of a peer (gfc_runtime.peer_state); a peer is declared once and for good. */
+enum {
+    GFC_PEER_ALIVE = 0,
+    GFC_PEER_DECLARING, /* being declared dead: its reason is being written */
+    GFC_PEER_DEAD,      /* dead: killed, stopped, cut off, or its connection failed */
+    GFC_PEER_LEFT,      /* destroyed its runtime on purpose */
+};
+
+typedef struct gfc_live gfc_live_t; /* liveness.c: the keep-alive thread */
 
 struct gfc_runtime {
     gfc_runtime_config_t config;
@@ -24,7 +38,14 @@ struct gfc_runtime {
     ucp_worker_h worker;
     ucp_ep_h *eps;               /* [size], created on first use */
     tdl_blobs_t addrs;           /* every rank's worker address */
-    ucs_status_t *peer_status;   /* [size]: UCS_OK, or why the peer failed */
+    ucs_status_t *peer_status;   /* [size]: UCS_OK, or why the peer's endpoint failed */
+    _Atomic int *peer_state;     /* [size]: GFC_PEER_*, written by both threads */
+    char (*peer_why)[160];       /* [size]: why a peer is not alive, written once */
+    atomic_int dead_count;       /* peers declared dead so far */
+    atomic_int fenced_by;        /* the rank that declared this one dead, or -1 */
+    int deaths_seen;             /* dead_count (+1 once fenced) the requests were checked at */
+    gfc_live_t *live;            /* NULL: no keep-alive (one rank, or dead_after_ms 0) */
+    const unsigned char **live_addrs; /* [size]: each keep-alive worker's address */
     int *peer_pid;               /* [size] */
     bool *peer_local;            /* [size]: runs on this host */
     size_t endpoints;
@@ -118,8 +139,21 @@ static inline int gfc_member(const gfc_request_t *req, int i)
 }
 
 tdl_status_t gfc_ep_get(gfc_runtime_t *rt, int peer, ucp_ep_h *ep_out);
-/* False once the peer is known dead: its endpoint failed, or (on this host) its pid is gone. */
+/* False once the peer is known dead or gone: declared so (keep-alive, its connection, its pid
+ * on this host), or its main endpoint failed. */
 bool gfc_peer_check(gfc_runtime_t *rt, int peer);
+/* Declares `peer` (never the caller) in `state` (GFC_PEER_DEAD or GFC_PEER_LEFT) for the reason
+ * given, if it is still alive; true if this call did it. `tell`: this rank found it out itself,
+ * and the keep-alive thread tells the other ranks. Either thread may call it. */
+bool gfc_peer_declare(gfc_runtime_t *rt, int peer, int state, bool tell, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* GFC_PEER_ALIVE, _DEAD (also while being declared) or _LEFT (the reason: gfc_peer_why). */
+int gfc_peer_state(const gfc_runtime_t *rt, int peer);
+/* liveness.c: the keep-alive worker (its address for the start-up exchange, malloc'd), then
+ * its thread once every rank's address is known, and the end of both (BYE to the peers). */
+tdl_status_t gfc_live_create(gfc_runtime_t *rt, void **addr_out, size_t *len_out);
+tdl_status_t gfc_live_start(gfc_runtime_t *rt);
+void gfc_live_destroy(gfc_runtime_t *rt);
 /* out[i] = op(a[i], b[i]); out may be a, never b. */
 tdl_status_t gfc_reduce3(void *out, const void *a, const void *b, size_t n, gfc_dtype_t dtype,
                          gfc_redop_t op);

@@ -99,9 +99,35 @@ static void active_remove(gfc_request_t *req)
     req->active_prev = req->active_next = NULL;
 }
 
+/* A collective on a group that holds a dead or departed member, or started by a fenced rank,
+ * fails at once, naming it (the members that are waiting learn it from the same dead set). */
+static tdl_status_t request_group_check(gfc_group_t *g, const char *name)
+{
+    gfc_runtime_t *rt = g->rt;
+    if (atomic_load(&rt->dead_count) == 0 && atomic_load(&rt->fenced_by) < 0)
+        return TDL_OK;
+    if (atomic_load(&rt->fenced_by) >= 0)
+        return tdl_error_raise(TDL_ERR_PEER, "gfc %s: this rank (%d) was declared dead by rank %d",
+                               name, rt->rank, atomic_load(&rt->fenced_by));
+    for (int i = 0; i < g->size; i++) {
+        int peer = g->ranks[i];
+        if (peer != rt->rank && gfc_peer_state(rt, peer) != GFC_PEER_ALIVE)
+            return tdl_error_raise(TDL_ERR_PEER, "gfc %s (group of %d): rank %d %s%s", name,
+                                   g->size, peer,
+                                   gfc_peer_state(rt, peer) == GFC_PEER_LEFT ? "" : "is dead: ",
+                                   gfc_peer_why(rt, peer));
+    }
+    return TDL_OK;
+}
+
 tdl_status_t gfc_request_create(gfc_group_t *g, const char *name, gfc_progress_fn_t progress,
                                 size_t state_size, gfc_request_t **req_out)
 {
+    if (progress) {
+        tdl_status_t st = request_group_check(g, name);
+        if (st != TDL_OK)
+            return st;
+    }
     gfc_request_t *req = calloc(1, sizeof(*req));
     void *state = state_size ? calloc(1, state_size) : NULL;
     if (!req || (state_size && !state)) {
@@ -361,6 +387,36 @@ static tdl_status_t request_step(gfc_request_t *req)
     return req->finished ? req->status : TDL_OK;
 }
 
+/* Fails the request if a member of its group is known dead, or this rank is fenced: a member
+ * that waits only on live peers would otherwise wait for data they cannot send, since they wait
+ * on the dead one. The error names the dead member and why it was declared so. */
+static void request_check_peers(gfc_request_t *req)
+{
+    gfc_runtime_t *rt = req->rt;
+    int by = atomic_load(&rt->fenced_by);
+    if (by >= 0) {
+        request_fail(req, TDL_ERR_PEER, "this rank (%d) was declared dead by rank %d", rt->rank,
+                     by);
+        request_cancel_all(req);
+        return;
+    }
+    /* a point-to-point request depends on its peer alone */
+    int n = req->progress ? req->group.size : req->nxfers;
+    for (int i = 0; i < n && !req->finished; i++) {
+        int peer = req->progress ? req->group.ranks[i] : req->xfers[i].peer;
+        if (peer == rt->rank || gfc_peer_check(rt, peer))
+            continue;
+        if (gfc_peer_state(rt, peer) == GFC_PEER_ALIVE) /* only its main endpoint failed */
+            request_fail(req, TDL_ERR_PEER, "rank %d has failed (%s)", peer,
+                         ucs_status_string(rt->peer_status[peer]));
+        else
+            request_fail(req, TDL_ERR_PEER, "rank %d %s%s", peer,
+                         gfc_peer_state(rt, peer) == GFC_PEER_LEFT ? "" : "is dead: ",
+                         gfc_peer_why(rt, peer));
+        request_cancel_all(req);
+    }
+}
+
 /* One pass of the progress engine: UCX, then one step of every active request, oldest first,
  * whichever request the caller waits for (MPI's progress rule). A collective's next hop is
  * posted by its own step, so a wait that stepped only its own request could leave a peer
@@ -371,6 +427,15 @@ static tdl_status_t request_step(gfc_request_t *req)
 static unsigned progress_pass(gfc_runtime_t *rt, gfc_request_t *const *reqs, size_t count)
 {
     unsigned events = ucp_worker_progress(rt->worker);
+    /* A death declared since the last pass fails every request that depends on the dead rank,
+     * whether it is being waited for or only tested. */
+    int deaths = atomic_load(&rt->dead_count) + (atomic_load(&rt->fenced_by) >= 0);
+    if (deaths != rt->deaths_seen) {
+        rt->deaths_seen = deaths;
+        for (gfc_request_t *r = rt->active_head; r; r = r->active_next)
+            if (!r->finished)
+                request_check_peers(r);
+    }
     if (rt->advancing) {
         for (size_t i = 0; i < count; i++)
             request_step(reqs[i]);
@@ -421,20 +486,7 @@ static void request_silent_ranks(gfc_request_t *req, char *buf, size_t size)
     }
 }
 
-/* Fails the request if a peer it waits for is known dead. */
-static void request_check_peers(gfc_request_t *req)
-{
-    for (int i = 0; i < req->nxfers && !req->finished; i++) {
-        gfc_xfer_t *x = &req->xfers[i];
-        if (!x->done && !gfc_peer_check(req->rt, x->peer)) {
-            request_fail(req, TDL_ERR_PEER, "rank %d has failed (%s)", x->peer,
-                         ucs_status_string(req->rt->peer_status[x->peer]));
-            request_cancel_all(req);
-        }
-    }
-}
-
-#define GFC_LIVENESS_NS 100000000ull /* how often a waiting rank looks for dead peers */
+#define GFC_LIVENESS_NS 50000000ull /* how often a waiting rank looks for dead peers */
 
 /* A waiting rank that has seen no event: after yield_after idle passes it yields its core, and
  * with idle_sleep_us set it sleeps once nothing has happened for that long (with a timer slack of
@@ -475,16 +527,14 @@ static tdl_status_t request_wait_one(gfc_request_t *req, uint64_t deadline)
         if (req->finished)
             break;
         request_idle(rt, events, &idle, &idle_ns);
-        if (events == 0) {
-            uint64_t now = tdl_clock_ns();
-            if (now > next_check) {
-                request_check_peers(req);
-                next_check = now + GFC_LIVENESS_NS;
-                if (req->finished)
-                    break;
-            }
+        uint64_t now = tdl_clock_ns();
+        if (now > next_check) {
+            request_check_peers(req);
+            next_check = now + GFC_LIVENESS_NS;
+            if (req->finished)
+                break;
         }
-        if (tdl_clock_ns() > deadline) {
+        if (now > deadline) {
             char silent[256];
             request_silent_ranks(req, silent, sizeof(silent));
             request_fail(req, TDL_ERR_TIMEOUT, "no answer within %lld ms from rank%s %s",
@@ -534,14 +584,12 @@ tdl_status_t gfc_request_wait_all(gfc_request_t **reqs, size_t count)
         for (size_t i = 0; i < count; i++)
             pending |= !reqs[i]->finished;
         request_idle(rt, events, &idle, &idle_ns);
-        if (events == 0) {
-            uint64_t now = tdl_clock_ns();
-            if (now > next_check) {
-                for (size_t i = 0; i < count; i++)
-                    if (!reqs[i]->finished)
-                        request_check_peers(reqs[i]);
-                next_check = now + GFC_LIVENESS_NS;
-            }
+        uint64_t now = tdl_clock_ns();
+        if (now > next_check) {
+            for (size_t i = 0; i < count; i++)
+                if (!reqs[i]->finished)
+                    request_check_peers(reqs[i]);
+            next_check = now + GFC_LIVENESS_NS;
         }
         if (pending && tdl_clock_ns() > deadline) {
             for (size_t i = 0; i < count; i++)

@@ -31,6 +31,15 @@ const tdl_param_def_t gfc_params[] = {
      "as long, instead of polling (0: always poll); a device of tools/cluster then spends none "
      "of its share of a core on waiting, as a GPU would not",
      NULL, 0, 100000},
+    {"gfc-keepalive-ms", TDL_PARAM_INT, "200",
+     "each rank tells every peer this often that it is alive (a thread of its own, whatever the "
+     "rank is doing)",
+     NULL, 10, 60000},
+    {"gfc-dead-after-ms", TDL_PARAM_INT, "2000",
+     "a peer not heard from for this long (killed, stopped, hung, cut off) is declared dead and "
+     "every collective that includes it fails, naming it (0: no keep-alive; a dead peer is then "
+     "found from its connection or its pid on this host, or by gfc-timeout-ms)",
+     NULL, 0, 86400000},
 };
 const size_t gfc_nparams = TDL_ARRAY_SIZE(gfc_params);
 
@@ -44,6 +53,8 @@ void gfc_runtime_config_default(gfc_runtime_config_t *config_out)
     c.small_msg_bytes = 16 << 10;
     c.ring_chunk_bytes = 256 << 10;
     c.ring_codec_chunk_bytes = 256 << 10;
+    c.keepalive_ms = 200;
+    c.dead_after_ms = 2000;
     *config_out = c;
 }
 
@@ -61,6 +72,14 @@ tdl_status_t gfc_runtime_config_from_params(const tdl_params_t *params,
     c.ring_chunk_bytes = (size_t)tdl_param_int(params, "gfc-ring-chunk");
     c.ring_codec_chunk_bytes = (size_t)tdl_param_int(params, "gfc-ring-codec-chunk");
     c.idle_sleep_us = tdl_param_int(params, "gfc-idle-sleep-us");
+    c.keepalive_ms = tdl_param_int(params, "gfc-keepalive-ms");
+    c.dead_after_ms = tdl_param_int(params, "gfc-dead-after-ms");
+    if (c.dead_after_ms > 0 && c.dead_after_ms < 3 * c.keepalive_ms)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                               "--gfc-dead-after-ms %lld is under 3 x --gfc-keepalive-ms %lld: "
+                               "a peer would be declared dead after one late keep-alive; raise "
+                               "it or lower the other",
+                               (long long)c.dead_after_ms, (long long)c.keepalive_ms);
     *config_out = c;
     return TDL_OK;
 }
@@ -114,7 +133,12 @@ tdl_status_t gfc_runtime_create(const gfc_runtime_config_t *config, gfc_runtime_
     rt->size = config->size;
     rt->eps = calloc((size_t)rt->size, sizeof(*rt->eps));
     rt->peer_status = calloc((size_t)rt->size, sizeof(*rt->peer_status));
-    if (!rt->eps || !rt->peer_status) {
+    rt->peer_state = calloc((size_t)rt->size, sizeof(*rt->peer_state));
+    rt->peer_why = calloc((size_t)rt->size, sizeof(*rt->peer_why));
+    rt->live_addrs = calloc((size_t)rt->size, sizeof(*rt->live_addrs));
+    atomic_init(&rt->dead_count, 0);
+    atomic_init(&rt->fenced_by, -1);
+    if (!rt->eps || !rt->peer_status || !rt->peer_state || !rt->peer_why || !rt->live_addrs) {
         st = tdl_error_raise(TDL_ERR_NOMEM, "gfc: cannot allocate %d endpoints", rt->size);
         goto err_free;
     }
@@ -165,23 +189,37 @@ tdl_status_t gfc_runtime_create(const gfc_runtime_config_t *config, gfc_runtime_
         st = ucx_error(us, "ucp_worker_get_address");
         goto err_worker;
     }
+    /* The keep-alive worker's address travels in the same exchange. */
+    void *live_addr = NULL;
+    size_t live_len = 0;
+    if (rt->size > 1 && config->dead_after_ms > 0 &&
+        (st = gfc_live_create(rt, &live_addr, &live_len)) != TDL_OK) {
+        ucp_worker_release_address(rt->worker, addr);
+        goto err_worker;
+    }
     /* The one exchange: from here on gfc needs nothing from MPI. Each rank publishes where it
-     * runs (host identity, pid) ahead of its worker address. */
+     * runs (host identity, pid) ahead of its worker addresses. */
     gfc_peer_card_t card;
     runtime_card_fill(&card);
-    unsigned char *blob = malloc(sizeof(card) + addr_len);
+    card.addr_len = (uint32_t)addr_len;
+    card.live_len = (uint32_t)live_len;
+    unsigned char *blob = malloc(sizeof(card) + addr_len + live_len);
     if (!blob) {
         ucp_worker_release_address(rt->worker, addr);
+        free(live_addr);
         st = tdl_error_raise(TDL_ERR_NOMEM, "gfc: out of memory");
-        goto err_worker;
+        goto err_live;
     }
     memcpy(blob, &card, sizeof(card));
     memcpy(blob + sizeof(card), addr, addr_len);
+    if (live_len)
+        memcpy(blob + sizeof(card) + addr_len, live_addr, live_len);
     ucp_worker_release_address(rt->worker, addr);
-    st = config->allgather(blob, sizeof(card) + addr_len, &rt->addrs);
+    free(live_addr);
+    st = config->allgather(blob, sizeof(card) + addr_len + live_len, &rt->addrs);
     free(blob);
     if (st != TDL_OK)
-        goto err_worker;
+        goto err_live;
     if (rt->addrs.count != rt->size) {
         st = tdl_error_raise(TDL_ERR_INTERNAL, "gfc: start-up exchange returned %d addresses for "
                                                "a world of %d",
@@ -208,6 +246,15 @@ tdl_status_t gfc_runtime_create(const gfc_runtime_config_t *config, gfc_runtime_
                                  r, pc.magic);
             goto err_addrs;
         }
+        if (pc.addr_len == 0 || (size_t)pc.addr_len + pc.live_len + sizeof(pc) != rt->addrs.len[r] ||
+            (rt->live && pc.live_len == 0) || (!rt->live && pc.live_len != 0 && rt->size > 1)) {
+            st = tdl_error_raise(TDL_ERR_MISMATCH,
+                                 "gfc: rank %d published a malformed address, or its "
+                                 "--gfc-dead-after-ms is 0 where this rank's is not (or the "
+                                 "other way round): every rank needs the same setting", r);
+            goto err_addrs;
+        }
+        rt->live_addrs[r] = rt->addrs.data + rt->addrs.off[r] + sizeof(pc) + pc.addr_len;
         rt->peer_pid[r] = (int)pc.pid;
         rt->peer_local[r] = memcmp(pc.host, card.host, sizeof(card.host)) == 0;
         local_ranks += rt->peer_local[r];
@@ -215,6 +262,8 @@ tdl_status_t gfc_runtime_create(const gfc_runtime_config_t *config, gfc_runtime_
     /* Oversubscribed (more ranks here than cores): a waiting rank gives its core away at once. */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     rt->yield_after = (cores > 0 && local_ranks > cores) ? 1 : 64;
+    if (rt->live && (st = gfc_live_start(rt)) != TDL_OK)
+        goto err_addrs;
     TDL_DEBUG("gfc: rank %d of %d ready, worker address %zu bytes", rt->rank, rt->size, addr_len);
     *rt_out = rt;
     return TDL_OK;
@@ -223,11 +272,16 @@ err_addrs:
     free(rt->peer_local);
     free(rt->peer_pid);
     tdl_blobs_free(&rt->addrs);
+err_live:
+    gfc_live_destroy(rt);
 err_worker:
     ucp_worker_destroy(rt->worker);
 err_context:
     ucp_cleanup(rt->context);
 err_free:
+    free(rt->live_addrs);
+    free(rt->peer_why);
+    free(rt->peer_state);
     free(rt->peer_status);
     free(rt->eps);
     free(rt);
@@ -262,6 +316,7 @@ void gfc_runtime_destroy(gfc_runtime_t *rt)
         return;
     if (rt->requests_live)
         TDL_WARN("gfc: destroying the runtime with %zu requests not freed", rt->requests_live);
+    gfc_live_destroy(rt); /* first: the peers learn this rank has left, not died */
     ucp_request_param_t prm = {0};
     ucs_status_t fs = runtime_wait_ucx(rt, ucp_worker_flush_nbx(rt->worker, &prm));
     for (int r = 0; r < rt->size; r++) {
@@ -269,7 +324,8 @@ void gfc_runtime_destroy(gfc_runtime_t *rt)
             continue;
         ucp_request_param_t cp = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS};
         /* A failed peer or a failed flush cannot be flushed again: close without waiting. */
-        if (rt->peer_status[r] != UCS_OK || fs != UCS_OK)
+        if (rt->peer_status[r] != UCS_OK || gfc_peer_state(rt, r) != GFC_PEER_ALIVE ||
+            fs != UCS_OK)
             cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
         runtime_wait_ucx(rt, ucp_ep_close_nbx(rt->eps[r], &cp));
     }
@@ -280,6 +336,9 @@ void gfc_runtime_destroy(gfc_runtime_t *rt)
     tdl_blobs_free(&rt->addrs);
     free(rt->peer_local);
     free(rt->peer_pid);
+    free(rt->live_addrs);
+    free(rt->peer_why);
+    free(rt->peer_state);
     free(rt->peer_status);
     free(rt->eps);
     free(rt);
@@ -314,13 +373,15 @@ void gfc_runtime_stats(const gfc_runtime_t *rt, gfc_stats_t *stats_out)
 
 bool gfc_peer_check(gfc_runtime_t *rt, int peer)
 {
+    if (gfc_peer_state(rt, peer) != GFC_PEER_ALIVE)
+        return false;
     if (rt->peer_status[peer] != UCS_OK)
         return false;
-    if (!rt->peer_local[peer] || peer == rt->rank)
-        return true;
+    if (!rt->peer_local[peer] || peer == rt->rank || rt->live)
+        return true; /* the keep-alive thread watches the pids itself */
     if (kill((pid_t)rt->peer_pid[peer], 0) != 0 && errno == ESRCH) {
-        rt->peer_status[peer] = UCS_ERR_CONNECTION_RESET;
-        TDL_DEBUG("gfc: rank %d (pid %d on this node) has exited", peer, rt->peer_pid[peer]);
+        gfc_peer_declare(rt, peer, GFC_PEER_DEAD, true, "its process (pid %d) has exited",
+                         rt->peer_pid[peer]);
         return false;
     }
     return true;
@@ -332,7 +393,8 @@ static void runtime_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
     for (int r = 0; r < rt->size; r++) {
         if (rt->eps[r] == ep) {
             rt->peer_status[r] = status;
-            TDL_DEBUG("gfc: rank %d failed: %s", r, ucs_status_string(status));
+            gfc_peer_declare(rt, r, GFC_PEER_DEAD, true, "its connection failed (%s)",
+                             ucs_status_string(status));
             return;
         }
     }
@@ -340,6 +402,14 @@ static void runtime_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
 
 tdl_status_t gfc_ep_get(gfc_runtime_t *rt, int peer, ucp_ep_h *ep_out)
 {
+    if (atomic_load(&rt->fenced_by) >= 0)
+        return tdl_error_raise(TDL_ERR_PEER,
+                               "this rank (%d) was declared dead by rank %d and is fenced off",
+                               rt->rank, atomic_load(&rt->fenced_by));
+    if (gfc_peer_state(rt, peer) != GFC_PEER_ALIVE)
+        return tdl_error_raise(TDL_ERR_PEER, "rank %d %s%s", peer,
+                               gfc_peer_state(rt, peer) == GFC_PEER_LEFT ? "" : "is dead: ",
+                               gfc_peer_why(rt, peer));
     if (rt->peer_status[peer] != UCS_OK)
         return tdl_error_raise(TDL_ERR_PEER, "rank %d failed earlier (%s)", peer,
                                ucs_status_string(rt->peer_status[peer]));

@@ -13,7 +13,14 @@
  *                       all-reduce among the survivors, destroy its runtime, print one
  *                       "SURVIVOR rank=... verdict=PASS|FAIL ..." line and _exit(0) without
  *                       touching MPI again. Needs `mpirun --enable-recovery`, which keeps
- *                       Open MPI from killing the job when a process dies. */
+ *                       Open MPI from killing the job when a process dies.
+ *   gfc_failure stop    The last rank stops itself (SIGSTOP) in the middle of an all-reduce,
+ *                       with a collective timeout far above gfc-dead-after-ms: each survivor
+ *                       must get TDL_ERR_PEER naming it and its silence within the bound plus
+ *                       a margin, hold it as the only dead rank, and run an all-reduce among
+ *                       the survivors. Rank 0 then lets the victim go on (SIGCONT): it must find
+ *                       itself fenced (declared dead by another rank), its all-reduce failing.
+ *                       Lines "SURVIVOR ..." and "FENCED rank=... verdict=PASS|FAIL ...". */
 #include "config.h"
 
 #include <ctype.h>
@@ -256,11 +263,105 @@ static int run_kill(harness_t *h)
     _exit(0); /* MPI is not safe to touch with a dead peer */
 }
 
+static int run_stop(harness_t *h)
+{
+    int W = h->size, victim = W - 1, me = h->rank;
+    double bound = (double)h->config.dead_after_ms / 1000.0;
+    int *world = calloc((size_t)W, sizeof(int));
+    int32_t *pids = calloc((size_t)W, sizeof(int32_t)), mypid = (int32_t)getpid();
+    for (int r = 0; r < W; r++)
+        world[r] = r;
+    gfc_group_t g;
+    tdl_status_t st = gfc_group_init(&g, h->rt, world, W, 1);
+    if (st == TDL_OK)
+        st = gfc_allgather(&g, &mypid, pids, 1, GFC_DT_I32);
+    float *in = calloc(AR_COUNT, sizeof(float)), *out = calloc(AR_COUNT, sizeof(float));
+    for (int i = 0; i < AR_COUNT; i++)
+        in[i] = (float)(me + 1);
+    int failed_at = -1;
+    double dt = 0;
+    char msg[512] = "", why[300] = "";
+    const char *verdict = "PASS";
+    for (int it = 0; st == TDL_OK && it < KILL_ITERATIONS; it++) {
+        gfc_allreduce_opts_t opts = {.algo = it % 2 ? GFC_ALLREDUCE_BUTTERFLY : GFC_ALLREDUCE_RING};
+        if (me == victim && it == KILL_AT) {
+            gfc_request_t *req;
+            st = gfc_allreduce_start(&g, in, out, AR_COUNT, GFC_DT_F32, GFC_OP_SUM, &opts, &req);
+            for (int i = 0; st == TDL_OK && i < 3; i++)
+                gfc_runtime_progress(h->rt);
+            fflush(stdout);
+            raise(SIGSTOP);
+            /* let go by rank 0 once the others are done with this rank: its all-reduce may
+             * have all it needs already, but its next keep-alive gets it told it is dead */
+            double t0 = tdl_clock_s();
+            if (st == TDL_OK)
+                (void)gfc_request_wait(req);
+            while (gfc_runtime_fenced_by(h->rt) < 0 && tdl_clock_s() < t0 + bound + 3.0)
+                gfc_runtime_progress(h->rt), usleep(1000);
+            dt = tdl_clock_s() - t0;
+            int by = gfc_runtime_fenced_by(h->rt);
+            st = gfc_allreduce(&g, in, out, AR_COUNT, GFC_DT_F32, GFC_OP_SUM, &opts);
+            snprintf(msg, sizeof(msg), "%s", st == TDL_OK ? "" : tdl_error_get());
+            if (by < 0)
+                snprintf(why, sizeof(why), "not fenced"), verdict = "FAIL";
+            else if (st != TDL_ERR_PEER || !strstr(msg, "declared dead"))
+                snprintf(why, sizeof(why), "its next all-reduce: %s", tdl_status_str(st)),
+                    verdict = "FAIL";
+            printf("FENCED rank=%d verdict=%s by=%d status=%s elapsed=%.2f%s%s msg=%s\n", me,
+                   verdict, by, tdl_status_str(st), dt, why[0] ? " why=" : "", why, msg);
+            fflush(stdout);
+            gfc_runtime_destroy(h->rt);
+            _exit(0);
+        }
+        double t0 = tdl_clock_s();
+        st = gfc_allreduce(&g, in, out, AR_COUNT, GFC_DT_F32, GFC_OP_SUM, &opts);
+        dt = tdl_clock_s() - t0;
+        if (st != TDL_OK) {
+            failed_at = it;
+            snprintf(msg, sizeof(msg), "%s", tdl_error_get());
+        }
+    }
+    int dead[4], ndead = gfc_dead_ranks(h->rt, dead, 4);
+    if (failed_at != KILL_AT)
+        snprintf(why, sizeof(why), "failed at iteration %d, want %d", failed_at, KILL_AT);
+    else if (st != TDL_ERR_PEER)
+        snprintf(why, sizeof(why), "status %s, want peer", tdl_status_str(st));
+    else if (!names_number(msg, victim) || !strstr(msg, "no keep-alive"))
+        snprintf(why, sizeof(why), "the error does not name rank %d and its silence", victim);
+    else if (dt < 0.8 * bound || dt > bound + 3.0)
+        snprintf(why, sizeof(why), "declared after %.2f s, the bound is %.1f s", dt, bound);
+    else if (ndead != 1 || dead[0] != victim)
+        snprintf(why, sizeof(why), "%d dead ranks, want only %d", ndead, victim);
+    if (why[0])
+        verdict = "FAIL";
+    char after[256] = "ok";
+    if (!survivors_allreduce(h, world, W - 1, 2, after, sizeof(after)))
+        verdict = "FAIL";
+    for (char *p = msg; *p; p++)
+        if (*p == '\n')
+            *p = ' ';
+    printf("SURVIVOR rank=%d verdict=%s iteration=%d status=%s elapsed=%.2f "
+           "survivors_allreduce=%s%s%s msg=%s\n",
+           me, verdict, failed_at, tdl_status_str(st), dt, after, why[0] ? " why=" : "", why,
+           msg);
+    fflush(stdout);
+    /* the survivors are done with the victim: let it go on, and stay long enough (keep-alive
+     * threads running) for it to be told it is dead */
+    if (me == 0 && pids[victim] > 0)
+        kill((pid_t)pids[victim], SIGCONT);
+    usleep((useconds_t)((bound + 2.0) * 1e6));
+    gfc_runtime_destroy(h->rt);
+    printf("DESTROYED rank=%d\n", me);
+    fflush(stdout);
+    _exit(0);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "silent";
     const char *env = getenv("TIDAL_GFC_FAILURE_TIMEOUT_MS");
-    int64_t timeout_ms = env && *env ? strtoll(env, NULL, 10) : 1000;
+    /* stop: far above the keep-alive bound, so that only the keep-alive can end the wait */
+    int64_t timeout_ms = env && *env ? strtoll(env, NULL, 10) : strcmp(mode, "stop") ? 1000 : 30000;
     harness_t h;
     if (harness_init(&h, &argc, &argv, timeout_ms) != TDL_OK)
         return 1;
@@ -270,5 +371,7 @@ int main(int argc, char **argv)
     }
     if (strcmp(mode, "kill") == 0)
         return run_kill(&h);
+    if (strcmp(mode, "stop") == 0)
+        return run_stop(&h);
     return run_silent(&h);
 }

@@ -53,6 +53,9 @@ tdl_status_t harness_init(harness_t *h, int *argc, char ***argv, int64_t timeout
     env = getenv("TIDAL_GFC_RING_CODEC_CHUNK");
     if (env && *env)
         h->config.ring_codec_chunk_bytes = (size_t)strtoull(env, NULL, 10);
+    env = getenv("TIDAL_GFC_DEAD_AFTER_MS"); /* 0: no keep-alive */
+    if (env && *env)
+        h->config.dead_after_ms = strtoll(env, NULL, 10);
     st = gfc_runtime_create(&h->config, &h->rt);
     int64_t bad = st != TDL_OK;
     if (bad)

@@ -2,7 +2,9 @@
 # Failing peers (tests/gfc/gfc_failure.c) at 3 and 4 ranks: a member that never joins gets the
 # others a timeout naming it (TAP from the program); a member killed mid-collective gets every
 # survivor an error in bounded time. Open MPI's mpirun aborts the whole job when a process dies
-# unless started with --enable-recovery; the survivors report on stdout and _exit(0).
+# unless started with --enable-recovery; the survivors report on stdout and _exit(0). A member
+# stopped (SIGSTOP) mid-collective is declared dead by the keep-alive within its bound, and when
+# it runs again it finds itself fenced off.
 . "${TIDAL_BUILDDIR:-.}/tests/env.sh"
 prog="$abs_top_builddir/tests/gfc/gfc_failure"
 tmp="${TMPDIR:-/tmp}/tidal-gfc-failure.$$"
@@ -35,5 +37,27 @@ bounded time, then ran an allreduce among themselves" [ "$pass" = $survivors ]
         grep -v 'PMIX ERROR: BAD-PARAM' "$tmp.err" | tail -n 40 | sed 's/^/# stderr: /'
     fi
     diag "np=$np killed peer: `expr \`date +%s\` - $t0` s"
+
+    # stopped, not killed: the keep-alive declares it dead well before the 30 s timeout
+    t0=`date +%s`
+    tidal_mpirun $np --enable-recovery "$prog" stop >"$tmp.out" 2>"$tmp.err"; rc=$?
+    grep '^SURVIVOR\|^FENCED' "$tmp.out" | sed 's/^/# /'
+    case $rc in
+    124 | 137) not_ok "np=$np stopped peer: mpirun hung and was killed (exit $rc)" ;;
+    *) ok "np=$np stopped peer: mpirun ended by itself (exit $rc)" ;;
+    esac
+    pass=`grep -c '^SURVIVOR .* verdict=PASS' "$tmp.out"`
+    check "np=$np stopped peer: $pass of $survivors survivors got TDL_ERR_PEER naming it and its \
+silence within gfc-dead-after-ms + 3 s, held it alone dead, then ran an allreduce among themselves" \
+        [ "$pass" = $survivors ]
+    check "np=$np stopped peer: let go again, it found itself fenced off (declared dead)" \
+        grep -q '^FENCED .* verdict=PASS' "$tmp.out"
+    gone=`grep -c '^DESTROYED' "$tmp.out"`
+    check "np=$np stopped peer: $gone of $survivors survivors destroyed their runtime" \
+        [ "$gone" = $survivors ]
+    if [ "$pass" != $survivors ] || [ "$gone" != $survivors ]; then
+        grep -v 'PMIX ERROR: BAD-PARAM' "$tmp.err" | tail -n 40 | sed 's/^/# stderr: /'
+    fi
+    diag "np=$np stopped peer: `expr \`date +%s\` - $t0` s"
 done
 done_testing
