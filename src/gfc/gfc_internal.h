@@ -44,6 +44,9 @@ struct gfc_runtime {
     atomic_int dead_count;       /* peers declared dead so far */
     atomic_int fenced_by;        /* the rank that declared this one dead, or -1 */
     int deaths_seen;             /* dead_count (+1 once fenced) the requests were checked at */
+    _Atomic uint64_t *ep_failed_ns; /* [size]: when UCX reported a peer's endpoint failed, or 0;
+                                     * the keep-alive thread declares it dead a moment later unless
+                                     * it said BYE meanwhile (a peer that ends reads as failed) */
     gfc_live_t *live;            /* NULL: no keep-alive (one rank, or dead_after_ms 0) */
     const unsigned char **live_addrs; /* [size]: each keep-alive worker's address */
     int *peer_pid;               /* [size] */
@@ -147,6 +150,9 @@ bool gfc_peer_check(gfc_runtime_t *rt, int peer);
  * and the keep-alive thread tells the other ranks. Either thread may call it. */
 bool gfc_peer_declare(gfc_runtime_t *rt, int peer, int state, bool tell, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+/* UCX reported `peer`'s endpoint failed: declared dead at once without a keep-alive thread, else
+ * by the thread a moment later unless the peer has said BYE by then. Either thread may call it. */
+void gfc_peer_endpoint_failed(gfc_runtime_t *rt, int peer, ucs_status_t status);
 /* GFC_PEER_ALIVE, _DEAD (also while being declared) or _LEFT (the reason: gfc_peer_why). */
 int gfc_peer_state(const gfc_runtime_t *rt, int peer);
 /* liveness.c: the keep-alive worker (its address for the start-up exchange, malloc'd), then

@@ -25,6 +25,9 @@
 #define LIVE_MAGIC 0x6766634cu /* "gfcL" */
 #define LIVE_TAG 0x6766634c6976650full
 #define LIVE_SLOTS 4 /* sends in flight to one peer; past them a HELLO is skipped */
+/* How long an endpoint failure waits for the peer's BYE before the peer is declared dead: a
+ * runtime that ends says BYE on the keep-alive worker and its endpoints then fail. */
+#define LIVE_EP_GRACE_NS 200000000ull
 
 enum { LIVE_HELLO = 1, LIVE_BYE, LIVE_DEAD, LIVE_FENCE };
 
@@ -154,6 +157,17 @@ static void live_fenced(gfc_runtime_t *rt, int by)
 
 /* ---- the keep-alive thread ---------------------------------------------------------------- */
 
+void gfc_peer_endpoint_failed(gfc_runtime_t *rt, int peer, ucs_status_t status)
+{
+    if (!rt->live) {
+        gfc_peer_declare(rt, peer, GFC_PEER_DEAD, true, "its connection failed (%s)",
+                         ucs_status_string(status));
+        return;
+    }
+    uint64_t zero = 0;
+    atomic_compare_exchange_strong(&rt->ep_failed_ns[peer], &zero, tdl_clock_ns());
+}
+
 static void live_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
     gfc_live_t *lv = arg;
@@ -161,8 +175,7 @@ static void live_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
         if (lv->peers[r].ep != ep)
             continue;
         lv->peers[r].ep_failed = true;
-        gfc_peer_declare(lv->rt, r, GFC_PEER_DEAD, true, "its connection failed (%s)",
-                         ucs_status_string(status));
+        gfc_peer_endpoint_failed(lv->rt, r, status);
         return;
     }
 }
@@ -277,7 +290,11 @@ static void live_check(gfc_live_t *lv, uint64_t now)
         if (r == rt->rank || gfc_peer_state(rt, r) != GFC_PEER_ALIVE)
             continue;
         uint64_t quiet = now - lv->peers[r].heard_ns;
-        if (rt->peer_local[r] && kill((pid_t)rt->peer_pid[r], 0) != 0 && errno == ESRCH)
+        uint64_t failed = atomic_load(&rt->ep_failed_ns[r]);
+        if (failed && now > failed && now - failed > LIVE_EP_GRACE_NS)
+            gfc_peer_declare(rt, r, GFC_PEER_DEAD, true,
+                             "its connection failed (UCX reported its endpoint failed)");
+        else if (rt->peer_local[r] && kill((pid_t)rt->peer_pid[r], 0) != 0 && errno == ESRCH)
             gfc_peer_declare(rt, r, GFC_PEER_DEAD, true, "its process (pid %d) has exited",
                              rt->peer_pid[r]);
         else if (quiet > lv->dead_after_ns)
@@ -418,6 +435,26 @@ tdl_status_t gfc_live_start(gfc_runtime_t *rt)
     return TDL_OK;
 }
 
+/* Takes in the keep-alive messages that came with no receive posted (at the end, once the
+ * thread has stopped), so that UCX has none left to warn about when its worker goes. */
+static void live_drain(gfc_live_t *lv)
+{
+    ucp_tag_recv_info_t info;
+    ucp_tag_message_h msg;
+    live_msg_t sink;
+    while ((msg = ucp_tag_probe_nb(lv->worker, LIVE_TAG, (ucp_tag_t)-1, 1, &info)) != NULL) {
+        ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE,
+                                   .datatype = ucp_dt_make_contig(1)};
+        void *r = ucp_tag_msg_recv_nbx(lv->worker, &sink, sizeof(sink), msg, &prm);
+        uint64_t end = tdl_clock_ns() + 10000000ull;
+        while (r && !UCS_PTR_IS_ERR(r) && ucp_request_check_status(r) == UCS_INPROGRESS &&
+               tdl_clock_ns() < end)
+            ucp_worker_progress(lv->worker);
+        if (r && !UCS_PTR_IS_ERR(r))
+            ucp_request_free(r);
+    }
+}
+
 void gfc_live_destroy(gfc_runtime_t *rt)
 {
     gfc_live_t *lv = rt->live;
@@ -426,6 +463,12 @@ void gfc_live_destroy(gfc_runtime_t *rt)
     if (lv->running) {
         atomic_store(&lv->stop, true);
         pthread_join(lv->thread, NULL);
+    }
+    if (lv->rreq) { /* from here on messages stay unexpected, and live_drain takes them */
+        ucp_request_cancel(lv->worker, lv->rreq);
+        ucp_worker_progress(lv->worker);
+        ucp_request_free(lv->rreq);
+        lv->rreq = NULL;
     }
     if (lv->peers) {
         /* BYE to every live peer (a fenced rank has nobody to tell), then a short flush: a
@@ -438,6 +481,7 @@ void gfc_live_destroy(gfc_runtime_t *rt)
         bool pending = true;
         while (pending && tdl_clock_ns() < deadline) {
             ucp_worker_progress(lv->worker);
+            live_drain(lv);
             pending = false;
             for (int r = 0; r < rt->size; r++)
                 for (int i = 0; i < LIVE_SLOTS; i++)
@@ -465,11 +509,6 @@ void gfc_live_destroy(gfc_runtime_t *rt)
                     ucp_request_free(cr);
             }
         }
-    }
-    if (lv->rreq) {
-        ucp_request_cancel(lv->worker, lv->rreq);
-        ucp_worker_progress(lv->worker);
-        ucp_request_free(lv->rreq);
     }
     ucp_worker_destroy(lv->worker);
     ucp_cleanup(lv->context);

@@ -136,9 +136,11 @@ tdl_status_t gfc_runtime_create(const gfc_runtime_config_t *config, gfc_runtime_
     rt->peer_state = calloc((size_t)rt->size, sizeof(*rt->peer_state));
     rt->peer_why = calloc((size_t)rt->size, sizeof(*rt->peer_why));
     rt->live_addrs = calloc((size_t)rt->size, sizeof(*rt->live_addrs));
+    rt->ep_failed_ns = calloc((size_t)rt->size, sizeof(*rt->ep_failed_ns));
     atomic_init(&rt->dead_count, 0);
     atomic_init(&rt->fenced_by, -1);
-    if (!rt->eps || !rt->peer_status || !rt->peer_state || !rt->peer_why || !rt->live_addrs) {
+    if (!rt->eps || !rt->peer_status || !rt->peer_state || !rt->peer_why || !rt->live_addrs ||
+        !rt->ep_failed_ns) {
         st = tdl_error_raise(TDL_ERR_NOMEM, "gfc: cannot allocate %d endpoints", rt->size);
         goto err_free;
     }
@@ -279,6 +281,7 @@ err_worker:
 err_context:
     ucp_cleanup(rt->context);
 err_free:
+    free(rt->ep_failed_ns);
     free(rt->live_addrs);
     free(rt->peer_why);
     free(rt->peer_state);
@@ -336,6 +339,7 @@ void gfc_runtime_destroy(gfc_runtime_t *rt)
     tdl_blobs_free(&rt->addrs);
     free(rt->peer_local);
     free(rt->peer_pid);
+    free(rt->ep_failed_ns);
     free(rt->live_addrs);
     free(rt->peer_why);
     free(rt->peer_state);
@@ -393,8 +397,7 @@ static void runtime_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
     for (int r = 0; r < rt->size; r++) {
         if (rt->eps[r] == ep) {
             rt->peer_status[r] = status;
-            gfc_peer_declare(rt, r, GFC_PEER_DEAD, true, "its connection failed (%s)",
-                             ucs_status_string(status));
+            gfc_peer_endpoint_failed(rt, r, status);
             return;
         }
     }
