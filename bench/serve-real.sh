@@ -28,8 +28,11 @@ bm_serve_real() { # one trace per load on the real coordinator (1 + 8 devices): 
     bench_cluster_default "1x8+1"
     [ -n "$bench_cluster" ] && exe=$(($(bench_cluster_np "$bench_cluster") - 1))
     np=$((exe + 1))
-    local policies="edf_best_fit" d=1
-    while [ $d -le "$exe" ]; do policies="$policies static_sp$d"; d=$((d * 2)); done
+    # the static degrees tidal serve takes: up to the executors, dividing fmnist's 4 heads
+    local policies="edf_best_fit" d=1 heads=4
+    while [ $d -le "$exe" ] && [ $((heads % d)) = 0 ]; do
+        policies="$policies static_sp$d"; d=$((d * 2))
+    done
     if [ -z "$bench_norun" ]; then
         work=$(mktemp -d "${TMPDIR:-/tmp}/tidal-serve-real.XXXXXX")
         echo "source,policy,load,requests,mean_s,p50_s,p95_s,makespan_s,met_deadline" >"$bench_csv"
