@@ -21,6 +21,9 @@
 # The globals are tools/cluster's: cl_prefix, cl_hosts, cl_rph, cl_extra.
 # shellcheck disable=SC2154
 
+# shellcheck source=tools/slurm-common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/slurm-common.sh"
+
 # cl_slurm_port_free PORT: nothing listens on PORT in the root namespace.
 cl_slurm_port_free() { ! ss -Htln "sport = :$1" 2>/dev/null | grep -q .; }
 
@@ -36,45 +39,13 @@ SlurmctldHost=$(hostname -s)(10.78.$net.254)
 SlurmctldPort=$base
 SlurmdPort=$((base + 1))
 SrunPortRange=$((base + 2))-$((base + 29))
-SlurmUser=$(id -un)
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
-# a requeued job may start once the last run's credential expires (default 120 s)
-AuthInfo=socket=$d/munge.sock,cred_expire=5
-StateSaveLocation=$d/state
-SlurmdSpoolDir=$d/spool/%n
 # a temporary folder per node: srun --mpi=pmix makes spmix_appdir_UID_JOB.STEP there on every
 # node of the step, and the hosts share /tmp
 TmpFS=$d/tmp/%n
-SlurmctldPidFile=$d/slurmctld.pid
-SlurmdPidFile=$d/slurmd-%n.pid
-SlurmctldLogFile=$d/slurmctld.log
-SlurmdLogFile=$d/slurmd-%n.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
 # every task joins its device (the cgroup of its host's next slot) before it runs
 TaskProlog=$d/task-prolog
-SwitchType=switch/none
-MpiDefault=none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-# backfill: heterogeneous jobs need it
-SchedulerType=sched/backfill
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/filetxt
-JobCompLoc=$d/jobcomp.txt
-# the CPUs below, not the machine's: a node has as many as its host has devices
-SlurmdParameters=config_overrides
-ReturnToService=2
-MinJobAge=600
-KillWait=5
-InactiveLimit=0
-MessageTimeout=20
-# schedule every second, so a requeued job starts once its credential has expired
-SchedulerParameters=sched_interval=1,bf_interval=1
 EOF
+    slurm_conf_common "$d"
     for k in $(seq 0 $((cl_hosts - 1))); do
         cpus=$cl_rph
         [ "$k" = 0 ] && cpus=$((cl_rph + cl_extra))
@@ -103,26 +74,12 @@ cl_slurm_up() {
     local p=$1 d=$2 net=$3 k base tries attempt n st dead pid ctld pids munge_pid
     case :$PATH: in *:/usr/sbin:*) ;; *) PATH=$PATH:/usr/sbin ;; esac
     export PATH
-    chmod 755 "$d" # munged wants its socket's directory searchable by all
-    if command -v mungekey >/dev/null 2>&1; then
-        mungekey -c -k "$d/munge.key" >/dev/null 2>&1
-    else
-        dd if=/dev/urandom of="$d/munge.key" bs=1024 count=1 2>/dev/null
-    fi
-    chmod 600 "$d/munge.key"
-    munged -F -f --socket="$d/munge.sock" --key-file="$d/munge.key" --pid-file="$d/munged.pid" \
-        --log-file="$d/munged.log" --seed-file="$d/munged.seed" >"$d/munged.out" 2>&1 &
-    munge_pid=$!
-    echo $munge_pid >"$d/slurm.pids"
-    disown $munge_pid
-    n=0
-    while [ ! -S "$d/munge.sock" ] && [ $n -lt 50 ]; do sleep 0.1; n=$((n + 1)); done
-    if ! munge -S "$d/munge.sock" -n 2>/dev/null | unmunge -S "$d/munge.sock" >/dev/null 2>&1
-    then
-        cl_slurm_why "$d"
-        echo "munged did not start (its log is above)"
-        return 1
-    fi
+    slurm_munged_start "$d"
+    st=$?
+    munge_pid=$slurm_munged_pid
+    echo "$munge_pid" >"$d/slurm.pids"
+    disown "$munge_pid"
+    [ "$st" = 0 ] || { echo "$slurm_munged_why"; cl_slurm_why "$d"; return 1; }
     export SLURM_CONF=$d/slurm.conf
     export OMPI_MCA_plm_slurm_args=${OMPI_MCA_plm_slurm_args:---export=ALL,TIDAL_CLUSTER_DAEMON=1}
     # A controller port nobody listens on; the hosts' ports are their own. A daemon that dies

@@ -15,8 +15,7 @@ export OPENBLAS_NUM_THREADS=1
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=`command -v python3`
 
-"$TIDAL" train --model tiny --resolution 32 --batch 4 --micro-batch 2 --steps 2 --val-every 0 \
-    --out "$dir/run" >"$dir/train.log" 2>&1
+tiny_ckpt "$dir/run"
 check "a tiny checkpoint to serve" [ -s "$dir/run/model.h5" ]
 ckpt="$dir/run/model.h5"
 

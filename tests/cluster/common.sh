@@ -6,6 +6,7 @@
 #   cluster_enter "$@"                             # once the test's functions are defined
 #   cluster_mpirun N PROGRAM...                    # inside: N ranks placed on the hosts
 #   cluster_on h0 CMD...                           # inside: CMD in host h0's network
+#   cluster_serve4 DIR "ID..." SERVE-ARGS...       # a trace's PNGs, inside or outside
 #
 # CMD may be one of the test's shell functions: the test script then runs again inside the
 # cluster (so its functions must come before cluster_enter, and its side effects after), and
@@ -56,19 +57,22 @@ cluster_on() {
     nsenter --net="/run/netns/$TIDAL_CLUSTER-$cl_h" "$@"
 }
 
-# cluster_serve_images DIR ID... -- LAUNCH...: LAUNCH (tidal_mpirun or cluster_mpirun, and a
-# `tidal serve --listen 127.0.0.1:0 --trace T` whose requests have these ids) in the background;
-# each request's PNG into DIR/ID.png, its HTTP status into DIR/codes; then SIGTERM to mpirun.
-# The server's output is DIR/serve.out. On a cluster rank 0 is on h0, and curl goes there.
-cluster_serve_images() {
-    cl_dir=$1; shift
-    cl_ids=""
-    while [ $# -gt 0 ] && [ "$1" != -- ]; do cl_ids="$cl_ids $1"; shift; done
-    shift
-    cl_on=""
-    [ -n "${TIDAL_CLUSTER:-}" ] && cl_on="cluster_on h0"
+# cluster_serve4 DIR "ID..." ARGS...: `tidal serve --listen 127.0.0.1:0 ARGS` (a --trace whose
+# requests have these ids) on 4 ranks in the background, on the cluster's hosts when inside one
+# (whose layout it prints first) and on this host otherwise; each request's PNG into DIR/ID.png,
+# its HTTP status into DIR/codes; then SIGTERM to mpirun. The server's output is DIR/serve.out.
+# On a cluster rank 0 is on h0, and curl goes there.
+cluster_serve4() {
+    cl_dir=$1 cl_ids=$2
+    shift 2
+    cl_on="" cl_launch=tidal_mpirun
+    if [ -n "${TIDAL_CLUSTER:-}" ]; then
+        cl_on="cluster_on h0" cl_launch=cluster_mpirun
+        echo "layout: $TIDAL_CLUSTER_LAYOUT"
+    fi
     : >"$cl_dir/codes"
-    "$@" >"$cl_dir/serve.out" 2>&1 &
+    $cl_launch 4 "$TIDAL" serve --listen 127.0.0.1:0 --progress-every 0 --max-resolution 32 \
+        "$@" >"$cl_dir/serve.out" 2>&1 &
     cl_pid=$!
     cl_port="" cl_n=0
     while [ -z "$cl_port" ] && [ $cl_n -lt 600 ] && kill -0 $cl_pid 2>/dev/null; do

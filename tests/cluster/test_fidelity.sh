@@ -41,13 +41,6 @@ rates() { # CKPT DIR: every device of the cluster at once
     echo "machine: $j0 `cpu_jiffies` `getconf _NPROCESSORS_ONLN`" |
         awk '{ printf "machine: %.2f cores busy\n", ($4 - $2) / ($5 - $3) * $6 }'
 }
-serve_trace() { # DIR IDS ARGS...: the trace's PNGs from tidal serve on 4 ranks, here or on a cluster
-    d=$1; ids=$2; shift 2
-    launch=tidal_mpirun
-    [ -n "${TIDAL_CLUSTER:-}" ] && launch=cluster_mpirun && echo "layout: $TIDAL_CLUSTER_LAYOUT"
-    cluster_serve_images "$d" $ids -- $launch 4 "$TIDAL" serve --listen 127.0.0.1:0 \
-        --progress-every 0 --max-resolution 32 "$@"
-}
 train4() { # ARGS...: tidal train on 4 ranks
     [ -n "${TIDAL_CLUSTER:-}" ] && echo "layout: $TIDAL_CLUSTER_LAYOUT"
     cluster_mpirun 4 "$TIDAL" train "$@"
@@ -62,8 +55,7 @@ command -v curl >/dev/null 2>&1 || { echo "1..0 # SKIP curl is not installed"; e
 dir=`mktemp -d`
 trap 'rm -rf "$dir"' EXIT
 export OPENBLAS_NUM_THREADS=1
-"$TIDAL" train --model tiny --resolution 32 --batch 4 --micro-batch 2 --steps 2 --val-every 0 \
-    --out "$dir/ckpt" >"$dir/ckpt.log" 2>&1
+tiny_ckpt "$dir/ckpt"
 ckpt="$dir/ckpt/model.h5"
 check "a tiny checkpoint to sample from" [ -s "$ckpt" ]
 
@@ -152,9 +144,9 @@ for id in $ids; do
     i=$((i + 1))
 done
 mkdir "$dir/one" "$dir/two"
-serve_trace "$dir/one" "$ids" --trace "$dir/trace.jsonl" --ckpt "$ckpt" --sp 2 >"$dir/serve1.out" 2>&1
+cluster_serve4 "$dir/one" "$ids" --trace "$dir/trace.jsonl" --ckpt "$ckpt" --sp 2 >"$dir/serve1.out" 2>&1
 cluster_run --hosts 2 --ranks-per-host 2 --rank-cpu 0.5 --link 1gbit -- \
-    serve_trace "$dir/two" "$ids" --trace "$dir/trace.jsonl" --ckpt "$ckpt" --sp 2 \
+    cluster_serve4 "$dir/two" "$ids" --trace "$dir/trace.jsonl" --ckpt "$ckpt" --sp 2 \
     >"$dir/serve2.out" 2>"$dir/serve2.err"
 for w in one two; do # one host, two hosts
     check "$w: every request of the trace answered 200" \

@@ -12,12 +12,8 @@
 # ---- run inside the cluster ------------------------------------------------------------------
 info4() { cluster_mpirun 4 "$TIDAL" info; }
 train4() { cluster_mpirun 4 "$TIDAL" train "$@"; }
-serve4() { # DIR IDS ARGS...: the trace's PNGs from tidal serve on 4 ranks, here or on a cluster
-    d=$1; ids=$2; shift 2
-    launch=tidal_mpirun
-    [ -n "${TIDAL_CLUSTER:-}" ] && launch=cluster_mpirun
-    cluster_serve_images "$d" $ids -- $launch 4 "$TIDAL" serve --listen 127.0.0.1:0 \
-        --progress-every 0 --max-resolution 32 "$@"
+serve4() { # DIR IDS ARGS...: cluster_serve4, then what the hosts' links sent
+    cluster_serve4 "$@"
     [ -n "${TIDAL_CLUSTER:-}" ] && echo "sent: h0 `cluster_sent h0` h1 `cluster_sent h1` bytes"
     return 0
 }
@@ -76,8 +72,7 @@ sed 's/^/# /' "$dir/close"
 check "dynamiq's final loss is within 2% of f32's" [ $rc = 0 ]
 
 # ---- serving: requests' state moves between hosts ------------------------------------------------
-"$TIDAL" train --model tiny --resolution 32 --batch 4 --micro-batch 2 --steps 2 --val-every 0 \
-    --out "$dir/ckpt" >"$dir/ckpt.log" 2>&1
+tiny_ckpt "$dir/ckpt"
 ckpt="$dir/ckpt/model.h5"
 # a cost model with degree 1 only: every task on one rank, so that a move changes the rank, not
 # the arithmetic (the PNG must not depend on where the steps ran)

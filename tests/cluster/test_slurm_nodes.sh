@@ -6,7 +6,7 @@
 # between them; the time-limit warning (SIGUSR1 to the batch shell) checkpoints the ranks of
 # both nodes, the job requeues itself and resumes from that checkpoint on both nodes; and
 # jobs/hetjob.sbatch runs its two components on different nodes under mpirun: serving on one
-# answers a request from the root namespace while training runs on the other.
+# answers a request from the head namespace while training runs on the other.
 . "${TIDAL_BUILDDIR:-.}/tests/env.sh"
 . "$abs_top_srcdir/tests/cluster/common.sh"
 
@@ -78,17 +78,7 @@ EOF
 
     diag "srun checks done after $((`date +%s` - t0)) s"
     # jobs/train.sbatch on the two nodes
-    cat >"$w/train.conf" <<CONF
-model = tiny
-resolution = 32
-batch = 4
-micro-batch = 1
-steps = 60
-warmup = 5
-val-every = 0
-log-every = 20
-ckpt-every = 20
-CONF
+    slurm_train_conf "$w/train.conf" 60 1 20 20
     export TIDAL_TRAIN_CONF="$w/train.conf"
     launchers=`slurm_launchers`
     case $launchers in srun*) ;; *) skip "$slurm_no_pmix" ;; esac
@@ -131,67 +121,20 @@ CONF
     diag "train.sbatch done after $((`date +%s` - t0)) s"
     # the time-limit warning on both nodes: checkpoint, requeue, resume
     steps=200
-    cat >"$w/requeue.conf" <<CONF
-model = tiny
-resolution = 32
-batch = 4
-micro-batch = 1
-steps = $steps
-warmup = 5
-val-every = 0
-log-every = 50
-ckpt-every = 50
-CONF
+    slurm_train_conf "$w/requeue.conf" $steps 1 50 50
     for l in $launchers; do
         out=$w/req-$l.out
         TIDAL_TRAIN_CONF=$w/requeue.conf TIDAL_LAUNCHER=$l slurm_submit "$l: train.sbatch" \
             -D "$w" -N 2 --ntasks-per-node=2 -o "$out" "$TIDAL_JOBS/train.sbatch" \
             --out "$w/req-$l" || continue
-        id=$slurm_id
-        # once it has written a checkpoint, the warning signal, to the batch shell only
-        n=0
-        while [ ! -s "$w/req-$l/ckpt/latest" ] && [ $n -lt 300 ]; do sleep 0.2; n=$((n + 1)); done
-        if ! scancel --signal=USR1 --batch "$id" 2>"$w/scancel.err"; then
-            not_ok "$l: scancel --signal=USR1 --batch $id: `cat "$w/scancel.err"`" \
-                "(`slurm_job_field $id JobState`)"
-            slurm_diag "$out"
-            continue
-        fi
-        slurm_wait_file "$out" "stopped after step" 60
-        stopped=`sed -n 's/.*stopped after step \([0-9]*\) on SIGUSR1.*/\1/p' "$out" | head -n 1`
-        check "$l: SIGUSR1 reached the ranks, which stopped after step ${stopped:-none}" \
-            [ -n "$stopped" ]
-        [ -n "$stopped" ] || stopped=0
-        slurm_wait_state "$id" COMPLETED 120
-        restarts=`slurm_job_field $id Restarts`
-        check "$l: the script requeued the job, Slurm ran it again on h0 and h1 (Restarts=$restarts)" \
-            sh -c "grep -q 'scontrol requeue $id' '$out' && [ '$restarts' = 1 ] &&
-                   grep -q 'restart 1, 4 tasks on h\[0-1\]' '$out'"
-        ck=`printf 'ckpt-%08d.h5' "$stopped"`
-        check "$l: it resumed from $ck at step $stopped and ends $slurm_state" sh -c \
-            "grep -q 'resumed from .*/$ck at step $stopped\$' '$out' && [ $slurm_state = COMPLETED ]"
-        latest="$w/req-$l/ckpt/`cat "$w/req-$l/ckpt/latest" 2>/dev/null`"
-        check "$l: it finished its $steps steps: the last checkpoint verifies, at step $steps" \
-            sh -c "grep -q 'step  *$steps/$steps' '$out' && '$TIDAL' ckpt verify '$latest' >/dev/null &&
-                   '$TIDAL' ckpt info '$latest' | grep -q 'step  *$steps\$'"
-        [ "$slurm_state" = COMPLETED ] || slurm_diag "$out" "$slurm_dir/slurmctld.log"
+        slurm_requeue_checks $l $slurm_id "$out" "$w/req-$l" $steps 'h\[0-1\]'
     done
 
     diag "requeue done after $((`date +%s` - t0)) s"
     # jobs/hetjob.sbatch under mpirun, each component on a node of its own: the second
     # component's daemons start there through srun --het-group=1
-    cat >"$w/het.conf" <<CONF
-model = tiny
-resolution = 32
-batch = 4
-micro-batch = 2
-steps = 200
-warmup = 5
-val-every = 0
-log-every = 100
-ckpt-every = 20
-CONF
-    # every address: the request comes from the root namespace, to the node's own
+    slurm_train_conf "$w/het.conf" 200 2 100 20
+    # every address: the request comes from the head namespace, to the node's own
     cat >"$w/serve.conf" <<CONF
 listen = 0.0.0.0:0
 max-resolution = 32

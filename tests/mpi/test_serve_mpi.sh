@@ -12,8 +12,7 @@ pids=""
 cleanup() { for p in $pids; do kill -9 "$p" 2>/dev/null; done; rm -rf "$dir"; }
 trap cleanup EXIT
 export OPENBLAS_NUM_THREADS=1
-"$TIDAL" train --model tiny --resolution 32 --batch 4 --micro-batch 2 --steps 2 --val-every 0 \
-    --out "$dir/run" >"$dir/train.log" 2>&1
+tiny_ckpt "$dir/run"
 ckpt="$dir/run/model.h5"
 check "a tiny checkpoint to serve" [ -s "$ckpt" ]
 

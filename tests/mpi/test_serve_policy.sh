@@ -9,8 +9,7 @@
 dir=`mktemp -d`
 trap 'rm -rf "$dir"' EXIT
 export OPENBLAS_NUM_THREADS=1
-"$TIDAL" train --model tiny --resolution 32 --batch 4 --micro-batch 2 --steps 2 --val-every 0 \
-    --out "$dir/run" >"$dir/train.log" 2>&1
+tiny_ckpt "$dir/run"
 ckpt="$dir/run/model.h5"
 check "a tiny checkpoint to serve" [ -s "$ckpt" ]
 tidal_mpirun 2 "$TIDAL" profile --model tiny --sides 32,48,64 --reps 3 --out "$dir/cost.json" \

@@ -8,6 +8,8 @@
 #
 # The test's own points are its business; slurm_start says why it could not start in $slurm_why.
 
+. "$abs_top_srcdir/tools/slurm-common.sh"
+
 slurm_dir=""
 slurm_pids=""
 slurm_nodes=${slurm_nodes:-1}
@@ -32,26 +34,14 @@ slurm_start() {
     done
     PATH=$PATH:/usr/sbin
     slurm_dir=`mktemp -d /tmp/tidal-slurm.XXXXXX` || { slurm_why="mktemp failed"; return 1; }
-    chmod 755 "$slurm_dir" # munged wants its socket's directory searchable by all
     d=$slurm_dir
     mkdir -p "$d/state" "$d/work"
     i=0
     while [ $i -lt "$slurm_nodes" ]; do mkdir -p "$d/spool/tidal$i"; i=$((i + 1)); done
-    if command -v mungekey >/dev/null 2>&1; then
-        mungekey -c -k "$d/munge.key" >/dev/null 2>&1
-    else
-        dd if=/dev/urandom of="$d/munge.key" bs=1024 count=1 2>/dev/null
-    fi
-    chmod 600 "$d/munge.key"
-    munged -F -f --socket="$d/munge.sock" --key-file="$d/munge.key" --pid-file="$d/munged.pid" \
-        --log-file="$d/munged.log" --seed-file="$d/munged.seed" >"$d/munged.out" 2>&1 &
-    slurm_pids="$!"
-    n=0
-    while [ ! -S "$d/munge.sock" ] && [ $n -lt 50 ]; do sleep 0.1; n=$((n + 1)); done
-    if ! munge -S "$d/munge.sock" -n 2>/dev/null | unmunge -S "$d/munge.sock" >/dev/null 2>&1; then
-        slurm_why="munged did not start: `tail -n 1 "$d/munged.log" "$d/munged.out" 2>/dev/null | tr '\n' ' '`"
-        return 1
-    fi
+    slurm_munged_start "$d"
+    st=$?
+    slurm_pids=$slurm_munged_pid
+    [ $st = 0 ] || { slurm_why=$slurm_munged_why; return 1; }
     host=`hostname -s`
     # ports of our own (the controller's, then ten for each slurmd): several tests may each
     # run a cluster at once
@@ -74,40 +64,8 @@ FirstJobId=$base
 SlurmctldHost=$host(127.0.0.1)
 SlurmctldPort=$base
 SrunPortRange=$((base + 2))-$((base + 9))
-SlurmUser=`id -un`
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
-# a requeued job may start once the last run's credential expires (default 120 s)
-AuthInfo=socket=$d/munge.sock,cred_expire=5
-StateSaveLocation=$d/state
-SlurmdSpoolDir=$d/spool/%n
-SlurmctldPidFile=$d/slurmctld.pid
-SlurmdPidFile=$d/slurmd-%n.pid
-SlurmctldLogFile=$d/slurmctld.log
-SlurmdLogFile=$d/slurmd-%n.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SwitchType=switch/none
-MpiDefault=none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-# backfill: heterogeneous jobs need it
-SchedulerType=sched/backfill
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/filetxt
-JobCompLoc=$d/jobcomp.txt
-# more CPUs than the machine has: the jobs are small and oversubscribe it
-SlurmdParameters=config_overrides
-ReturnToService=2
-MinJobAge=600
-KillWait=5
-InactiveLimit=0
-MessageTimeout=20
-# schedule every second, so a requeued job starts once its credential has expired
-SchedulerParameters=sched_interval=1,bf_interval=1
 EOF
+        slurm_conf_common "$d" >>"$d/slurm.conf"
         # $slurm_nodes nodes, each a slurmd of its own on this host (the components of a
         # heterogeneous job never share a node: the backfill scheduler plans whole nodes)
         nodes=""
@@ -222,6 +180,59 @@ slurm_stop() {
         rm -rf "$slurm_dir"
     fi
     slurm_dir=""
+}
+
+# slurm_train_conf FILE STEPS MICRO-BATCH EVERY CKPT-EVERY: a tidal config of the tiny model at
+# 32x32, a global batch of 4, logging every EVERY steps, for TIDAL_TRAIN_CONF
+slurm_train_conf() {
+    cat >"$1" <<CONF
+model = tiny
+resolution = 32
+batch = 4
+micro-batch = $3
+steps = $2
+warmup = 5
+val-every = 0
+log-every = $4
+ckpt-every = $5
+CONF
+}
+
+# slurm_requeue_checks L ID OUT RUN STEPS [NODES]: the time-limit warning sent by hand (what
+# --signal=B:USR1@60 sends) to job ID's batch shell once RUN has a checkpoint, then the checks of
+# preemption under launcher L: the ranks stopped after a step, the script requeued the job,
+# Slurm ran it a second time (on nodes NODES, a pattern, when given), which resumed from the
+# checkpoint of that step and completed its STEPS steps with a last checkpoint that verifies.
+slurm_requeue_checks() {
+    _l=$1 _id=$2 _out=$3 _run=$4 _steps=$5 _nodes=${6:-}
+    _n=0
+    while [ ! -s "$_run/ckpt/latest" ] && [ $_n -lt 300 ]; do sleep 0.2; _n=$((_n + 1)); done
+    if ! scancel --signal=USR1 --batch "$_id" 2>"$slurm_dir/scancel.err"; then
+        not_ok "$_l: scancel --signal=USR1 --batch $_id: `cat "$slurm_dir/scancel.err"`" \
+            "(`slurm_job_field "$_id" JobState`)"
+        slurm_diag "$_out"
+        return 1
+    fi
+    slurm_wait_file "$_out" "stopped after step" 60
+    _stopped=`sed -n 's/.*stopped after step \([0-9]*\) on SIGUSR1.*/\1/p' "$_out" | head -n 1`
+    check "$_l: SIGUSR1 reached the ranks, which stopped after step ${_stopped:-none}" \
+        [ -n "$_stopped" ]
+    [ -n "$_stopped" ] || _stopped=0
+    check "$_l: the script requeued the job" slurm_wait_file "$_out" "scontrol requeue $_id" 10
+    slurm_wait_state "$_id" COMPLETED 120
+    _restarts=`slurm_job_field "$_id" Restarts`
+    check "$_l: the job (job $_id) ends COMPLETED ($slurm_state), run twice (Restarts=$_restarts)" \
+        [ "$slurm_state:$_restarts" = COMPLETED:1 ]
+    check "$_l: the second run saw SLURM_RESTART_COUNT=1${_nodes:+ and ran on $_nodes}" \
+        grep -q "restart 1, ${_nodes:+[0-9]* tasks on $_nodes}" "$_out"
+    _ck=`printf 'ckpt-%08d.h5' "$_stopped"`
+    check "$_l: it resumed from $_ck at step $_stopped" \
+        grep -q "resumed from .*/$_ck at step $_stopped\$" "$_out"
+    _latest="$_run/ckpt/`cat "$_run/ckpt/latest" 2>/dev/null`"
+    check "$_l: it finished its $_steps steps; the last checkpoint verifies, at step $_steps" \
+        sh -c "grep -q 'step  *$_steps/$_steps' '$_out' && '$TIDAL' ckpt verify '$_latest' >/dev/null &&
+               '$TIDAL' ckpt info '$_latest' | grep -q 'step  *$_steps\$'"
+    [ "$slurm_state" = COMPLETED ] || slurm_diag "$_out" "$slurm_dir/slurmctld.log"
 }
 
 # slurm_diag FILE...: the tail of each file as TAP comments (after a failure)

@@ -12,17 +12,7 @@ command -v curl >/dev/null 2>&1 || { echo "1..0 # SKIP curl is not installed"; s
 
 slurm_start || { slurm_skip_all 2 "no Slurm cluster: $slurm_why"; slurm_planned=1; exit 0; }
 w=$slurm_dir/work
-cat >"$w/train.conf" <<CONF
-model = tiny
-resolution = 32
-batch = 4
-micro-batch = 2
-steps = 400
-warmup = 5
-val-every = 0
-log-every = 100
-ckpt-every = 20
-CONF
+slurm_train_conf "$w/train.conf" 400 2 100 20
 cat >"$w/serve.conf" <<CONF
 listen = 127.0.0.1:0
 max-resolution = 32

@@ -10,8 +10,7 @@ command -v curl >/dev/null 2>&1 || { echo "1..0 # SKIP curl is not installed"; s
 
 slurm_start || { slurm_skip_all 2 "no Slurm cluster: $slurm_why"; slurm_planned=1; exit 0; }
 w=$slurm_dir/work
-"$TIDAL" train --model tiny --resolution 32 --batch 4 --micro-batch 2 --steps 2 --val-every 0 \
-    --out "$w/run" >"$w/train.log" 2>&1
+tiny_ckpt "$w/run"
 check "a tiny model to serve" [ -s "$w/run/model.h5" ]
 cat >"$w/serve.conf" <<CONF
 ckpt = $w/run/model.h5

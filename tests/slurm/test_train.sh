@@ -9,18 +9,7 @@
 
 slurm_start || { slurm_skip_all 2 "no Slurm cluster: $slurm_why"; slurm_planned=1; exit 0; }
 w=$slurm_dir/work
-cat >"$w/train.conf" <<CONF
-# a tiny model, a few steps
-model = tiny
-resolution = 32
-batch = 4
-micro-batch = 2
-steps = 60
-warmup = 5
-val-every = 0
-log-every = 20
-ckpt-every = 20
-CONF
+slurm_train_conf "$w/train.conf" 60 2 20 20
 export TIDAL_TRAIN_CONF="$w/train.conf"
 
 launchers=`slurm_launchers`
