@@ -48,6 +48,8 @@ struct gfc_runtime {
                                      * the keep-alive thread declares it dead a moment later unless
                                      * it said BYE meanwhile (a peer that ends reads as failed) */
     gfc_live_t *live;            /* NULL: no keep-alive (one rank, or dead_after_ms 0) */
+    bool ending;                 /* gfc_runtime_destroy is running: peers' endpoints fail as
+                                  * they close, which declares nothing */
     const unsigned char **live_addrs; /* [size]: each keep-alive worker's address */
     int *peer_pid;               /* [size] */
     bool *peer_local;            /* [size]: runs on this host */

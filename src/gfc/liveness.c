@@ -159,6 +159,8 @@ static void live_fenced(gfc_runtime_t *rt, int by)
 
 void gfc_peer_endpoint_failed(gfc_runtime_t *rt, int peer, ucs_status_t status)
 {
+    if (rt->ending)
+        return;
     if (!rt->live) {
         gfc_peer_declare(rt, peer, GFC_PEER_DEAD, true, "its connection failed (%s)",
                          ucs_status_string(status));

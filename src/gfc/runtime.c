@@ -319,6 +319,7 @@ void gfc_runtime_destroy(gfc_runtime_t *rt)
         return;
     if (rt->requests_live)
         TDL_WARN("gfc: destroying the runtime with %zu requests not freed", rt->requests_live);
+    rt->ending = true;
     gfc_live_destroy(rt); /* first: the peers learn this rank has left, not died */
     ucp_request_param_t prm = {0};
     ucs_status_t fs = runtime_wait_ucx(rt, ucp_worker_flush_nbx(rt->worker, &prm));
