@@ -157,6 +157,10 @@ bool gfc_peer_declare(gfc_runtime_t *rt, int peer, int state, bool tell, const c
 void gfc_peer_endpoint_failed(gfc_runtime_t *rt, int peer, ucs_status_t status);
 /* GFC_PEER_ALIVE, _DEAD (also while being declared) or _LEFT (the reason: gfc_peer_why). */
 int gfc_peer_state(const gfc_runtime_t *rt, int peer);
+/* A UCX context and a worker for one thread (tag messages); `tuned`: gfc's protocol settings
+ * (rendezvous by put, the second protocol set) where the environment does not choose. */
+tdl_status_t gfc_ucx_open(const char *name, bool tuned, ucp_context_h *context_out,
+                          ucp_worker_h *worker_out);
 /* liveness.c: the keep-alive worker (its address for the start-up exchange, malloc'd), then
  * its thread once every rank's address is known, and the end of both (BYE to the peers). */
 tdl_status_t gfc_live_create(gfc_runtime_t *rt, void **addr_out, size_t *len_out);

@@ -374,50 +374,34 @@ tdl_status_t gfc_live_create(gfc_runtime_t *rt, void **addr_out, size_t *len_out
     lv->rt = rt;
     lv->period_ns = (uint64_t)rt->config.keepalive_ms * 1000000ull;
     lv->dead_after_ns = (uint64_t)rt->config.dead_after_ms * 1000000ull;
-    ucp_config_t *ucfg;
-    ucs_status_t us = ucp_config_read(NULL, NULL, &ucfg);
-    if (us != UCS_OK)
-        goto err;
-    ucp_params_t params = {
-        .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME,
-        .features = UCP_FEATURE_TAG,
-        .name = "tidal-gfc-live",
-    };
-    us = ucp_init(&params, ucfg, &lv->context);
-    ucp_config_release(ucfg);
-    if (us != UCS_OK)
-        goto err;
-    ucp_worker_params_t wparams = {
-        .field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
-        .thread_mode = UCS_THREAD_MODE_SINGLE, /* used by the keep-alive thread alone */
-    };
-    us = ucp_worker_create(lv->context, &wparams, &lv->worker);
-    if (us != UCS_OK)
-        goto err_context;
-    ucp_address_t *addr;
-    us = ucp_worker_get_address(lv->worker, &addr, len_out);
-    if (us != UCS_OK)
-        goto err_worker;
-    *addr_out = malloc(*len_out);
-    if (!*addr_out) {
-        ucp_worker_release_address(lv->worker, addr);
-        ucp_worker_destroy(lv->worker);
-        ucp_cleanup(lv->context);
+    tdl_status_t st = gfc_ucx_open("tidal-gfc-live", false, &lv->context, &lv->worker);
+    if (st != TDL_OK) {
         free(lv);
-        return tdl_error_raise(TDL_ERR_NOMEM, "gfc: out of memory");
+        return tdl_error_raise(st, "gfc: the keep-alive worker: %s", tdl_error_get());
     }
-    memcpy(*addr_out, addr, *len_out);
+    ucp_address_t *addr;
+    ucs_status_t us = ucp_worker_get_address(lv->worker, &addr, len_out);
+    if (us != UCS_OK) {
+        st = tdl_error_raise(TDL_ERR_UCX, "gfc: the keep-alive worker's address: %s",
+                             ucs_status_string(us));
+        goto err;
+    }
+    *addr_out = malloc(*len_out);
+    if (*addr_out)
+        memcpy(*addr_out, addr, *len_out);
     ucp_worker_release_address(lv->worker, addr);
+    if (!*addr_out) {
+        st = tdl_error_raise(TDL_ERR_NOMEM, "gfc: out of memory");
+        goto err;
+    }
     rt->live = lv;
     return TDL_OK;
 
-err_worker:
-    ucp_worker_destroy(lv->worker);
-err_context:
-    ucp_cleanup(lv->context);
 err:
+    ucp_worker_destroy(lv->worker);
+    ucp_cleanup(lv->context);
     free(lv);
-    return tdl_error_raise(TDL_ERR_UCX, "gfc: the keep-alive worker: %s", ucs_status_string(us));
+    return st;
 }
 
 tdl_status_t gfc_live_start(gfc_runtime_t *rt)

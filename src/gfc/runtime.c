@@ -116,6 +116,53 @@ static tdl_status_t ucx_error(ucs_status_t s, const char *what)
     return tdl_error_raise(TDL_ERR_UCX, "%s: %s", what, ucs_status_string(s));
 }
 
+tdl_status_t gfc_ucx_open(const char *name, bool tuned, ucp_context_h *context_out,
+                          ucp_worker_h *worker_out)
+{
+    ucp_config_t *ucfg;
+    ucs_status_t us = ucp_config_read(NULL, NULL, &ucfg);
+    if (us != UCS_OK)
+        return ucx_error(us, "ucp_config_read");
+    if (tuned) {
+        /* Rendezvous by put: the receiver owes the sender nothing once its data has arrived, so
+         * a rank that stops calling gfc after a collective cannot hold back its peers' sends
+         * (with get, the receiver's acknowledgement waits for its next progress call).
+         * UCX_RNDV_SCHEME still wins when set. */
+        if (!getenv("UCX_RNDV_SCHEME"))
+            ucp_config_modify(ucfg, "RNDV_SCHEME", "put_zcopy");
+        /* UCX's second protocol set (its default from 1.16; opt-in in Debian 12's 1.13): over
+         * TCP the first set's rendezvous moves a ring's pipelined chunks of one round together,
+         * so no chunk arrives before the whole round has crossed the link and the rounds do not
+         * overlap (bench/run allreduce-link: 4 ranks at 1 Gbit/s, 64 MiB in dynamiq, 0.19 s ->
+         * 0.15 s; the wire alone takes 0.126 s). A UCX without the setting ignores it;
+         * UCX_PROTO_ENABLE wins. */
+        if (!getenv("UCX_PROTO_ENABLE"))
+            (void)ucp_config_modify(ucfg, "PROTO_ENABLE", "y");
+    }
+    ucp_params_t params = {
+        .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME,
+        .features = UCP_FEATURE_TAG,
+        .name = name,
+    };
+    ucp_context_h context;
+    us = ucp_init(&params, ucfg, &context);
+    ucp_config_release(ucfg);
+    if (us != UCS_OK)
+        return ucx_error(us, "ucp_init");
+    /* each worker is driven by one thread: the caller's */
+    ucp_worker_params_t wparams = {
+        .field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+        .thread_mode = UCS_THREAD_MODE_SINGLE,
+    };
+    us = ucp_worker_create(context, &wparams, worker_out);
+    if (us != UCS_OK) {
+        ucp_cleanup(context);
+        return ucx_error(us, "ucp_worker_create");
+    }
+    *context_out = context;
+    return TDL_OK;
+}
+
 tdl_status_t gfc_runtime_create(const gfc_runtime_config_t *config, gfc_runtime_t **rt_out)
 {
     if (config->size < 1 || config->rank < 0 || config->rank >= config->size)
@@ -145,45 +192,8 @@ tdl_status_t gfc_runtime_create(const gfc_runtime_config_t *config, gfc_runtime_
         goto err_free;
     }
 
-    ucp_config_t *ucfg;
-    us = ucp_config_read(NULL, NULL, &ucfg);
-    if (us != UCS_OK) {
-        st = ucx_error(us, "ucp_config_read");
+    if ((st = gfc_ucx_open("tidal-gfc", true, &rt->context, &rt->worker)) != TDL_OK)
         goto err_free;
-    }
-    /* Rendezvous by put: the receiver owes the sender nothing once its data has arrived, so a
-     * rank that stops calling gfc after a collective cannot hold back its peers' sends (with
-     * get, the receiver's acknowledgement waits for its next progress call). UCX_RNDV_SCHEME
-     * still wins when set. */
-    if (!getenv("UCX_RNDV_SCHEME"))
-        ucp_config_modify(ucfg, "RNDV_SCHEME", "put_zcopy");
-    /* UCX's second protocol set (its default from 1.16; opt-in in Debian 12's 1.13): over TCP
-     * the first set's rendezvous moves a ring's pipelined chunks of one round together, so no
-     * chunk arrives before the whole round has crossed the link and the rounds do not overlap
-     * (bench/run allreduce-link: 4 ranks at 1 Gbit/s, 64 MiB in dynamiq, 0.19 s -> 0.15 s; the
-     * wire alone takes 0.126 s). A UCX without the setting ignores it; UCX_PROTO_ENABLE wins. */
-    if (!getenv("UCX_PROTO_ENABLE"))
-        (void)ucp_config_modify(ucfg, "PROTO_ENABLE", "y");
-    ucp_params_t params = {
-        .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME,
-        .features = UCP_FEATURE_TAG,
-        .name = "tidal-gfc",
-    };
-    us = ucp_init(&params, ucfg, &rt->context);
-    ucp_config_release(ucfg);
-    if (us != UCS_OK) {
-        st = ucx_error(us, "ucp_init");
-        goto err_free;
-    }
-    ucp_worker_params_t wparams = {
-        .field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
-        .thread_mode = UCS_THREAD_MODE_SINGLE,
-    };
-    us = ucp_worker_create(rt->context, &wparams, &rt->worker);
-    if (us != UCS_OK) {
-        st = ucx_error(us, "ucp_worker_create");
-        goto err_context;
-    }
     ucp_address_t *addr;
     size_t addr_len;
     us = ucp_worker_get_address(rt->worker, &addr, &addr_len);
@@ -278,7 +288,6 @@ err_live:
     gfc_live_destroy(rt);
 err_worker:
     ucp_worker_destroy(rt->worker);
-err_context:
     ucp_cleanup(rt->context);
 err_free:
     free(rt->ep_failed_ns);
