@@ -23,7 +23,7 @@
 #include "gfc/gfc_internal.h"
 
 #define LIVE_MAGIC 0x6766634cu /* "gfcL" */
-#define LIVE_TAG 0x6766634c6976650full
+#define LIVE_TAG   0x6766634c6976650full
 #define LIVE_SLOTS 4 /* sends in flight to one peer; past them a HELLO is skipped */
 /* How long an endpoint failure waits for the peer's BYE before the peer is declared dead: a
  * runtime that ends says BYE on the keep-alive worker and its endpoints then fail. */
@@ -44,9 +44,9 @@ typedef struct live_peer {
     bool ep_failed;
     live_msg_t buf[LIVE_SLOTS];
     void *req[LIVE_SLOTS];
-    uint64_t heard_ns;  /* last message from it */
-    uint64_t fenced_ns; /* last FENCE sent to it */
-    bool gossip;        /* tell it about a death when a slot frees */
+    uint64_t heard_ns;         /* last message from it */
+    uint64_t fenced_ns;        /* last FENCE sent to it */
+    bool gossip;               /* tell it about a death when a slot frees */
     atomic_bool declared_here; /* this rank declared it dead (and tells the others) */
 } live_peer_t;
 
@@ -242,11 +242,11 @@ static bool live_send(gfc_live_t *lv, int peer, int kind, int about, const char 
 
 static void live_post_recv(gfc_live_t *lv)
 {
-    ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE |
-                                               UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
+    ucp_request_param_t prm = {.op_attr_mask =
+                                   UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
                                .datatype = ucp_dt_make_contig(1)};
-    void *r = ucp_tag_recv_nbx(lv->worker, &lv->rbuf, sizeof(lv->rbuf), LIVE_TAG, (ucp_tag_t)-1,
-                               &prm);
+    void *r =
+        ucp_tag_recv_nbx(lv->worker, &lv->rbuf, sizeof(lv->rbuf), LIVE_TAG, (ucp_tag_t)-1, &prm);
     lv->rreq = UCS_PTR_IS_ERR(r) ? NULL : r;
 }
 
@@ -270,13 +270,15 @@ static void live_receive(gfc_live_t *lv, uint64_t now)
         }
         if (state == GFC_PEER_DEAD) {
             /* a rank we hold dead is back (it was stopped, or cut off): it must know */
-            if (now - lv->peers[from].fenced_ns >= lv->period_ns && live_send(lv, from, LIVE_FENCE, -1, NULL))
+            if (now - lv->peers[from].fenced_ns >= lv->period_ns &&
+                live_send(lv, from, LIVE_FENCE, -1, NULL))
                 lv->peers[from].fenced_ns = now;
             continue;
         }
         lv->peers[from].heard_ns = now;
         if (m.kind == LIVE_BYE)
-            gfc_peer_declare(rt, from, GFC_PEER_LEFT, false, "has left (its runtime was destroyed)");
+            gfc_peer_declare(rt, from, GFC_PEER_LEFT, false,
+                             "has left (its runtime was destroyed)");
         else if (m.kind == LIVE_DEAD && m.about >= 0 && m.about < rt->size) {
             m.why[sizeof(m.why) - 1] = '\0';
             gfc_peer_declare(rt, m.about, GFC_PEER_DEAD, false, "declared dead by rank %d: %s",
