@@ -12,52 +12,41 @@ trap 'rm -f "$tmp.out" "$tmp.err"' EXIT
 # A hang must end the test, not the CI job.
 TIDAL_TEST_TIMEOUT=${TIDAL_TEST_TIMEOUT:-120}
 
+# victim_run MODE LABEL WHAT: gfc_failure MODE under mpirun --enable-recovery on $np ranks; the
+# points: mpirun ends by itself, every survivor's verdict (WHAT), the stopped victim fenced off
+# (stop), every survivor's runtime destroyed
+victim_run() {
+    t0=`date +%s`
+    tidal_mpirun $np --enable-recovery "$prog" $1 >"$tmp.out" 2>"$tmp.err"; rc=$?
+    grep '^#' "$tmp.out"
+    grep '^SURVIVOR\|^FENCED' "$tmp.out" | sed 's/^/# /'
+    case $rc in
+    124 | 137) not_ok "np=$np $2: mpirun hung and was killed (exit $rc)" ;;
+    *) ok "np=$np $2: mpirun ended by itself (exit $rc)" ;;
+    esac
+    pass=`grep -c '^SURVIVOR .* verdict=PASS' "$tmp.out"`
+    check "np=$np $2: $pass of $survivors survivors $3" [ "$pass" = $survivors ]
+    [ $1 = stop ] && check "np=$np $2: let go again, it found itself fenced off (declared dead)" \
+        grep -q '^FENCED .* verdict=PASS' "$tmp.out"
+    gone=`grep -c '^DESTROYED' "$tmp.out"`
+    check "np=$np $2: $gone of $survivors survivors destroyed their runtime" [ "$gone" = $survivors ]
+    if [ "$pass" != $survivors ] || [ "$gone" != $survivors ]; then
+        grep -v 'PMIX ERROR: BAD-PARAM' "$tmp.err" | tail -n 40 | sed 's/^/# stderr: /'
+    fi
+    diag "np=$np $2: `expr \`date +%s\` - $t0` s"
+}
+
 for np in 3 4; do
     t0=`date +%s`
     tidal_mpirun $np "$prog" silent >"$tmp.out" 2>"$tmp.err"; rc=$?
     relay "np=$np silent peer" "$tmp.out" $rc
     diag "np=$np silent peer: `expr \`date +%s\` - $t0` s"
 
-    t0=`date +%s`
-    tidal_mpirun $np --enable-recovery "$prog" kill >"$tmp.out" 2>"$tmp.err"; rc=$?
     survivors=$((np - 1))
-    grep '^#' "$tmp.out"
-    grep '^SURVIVOR' "$tmp.out" | sed 's/^/# /'
-    case $rc in
-    124 | 137) not_ok "np=$np killed peer: mpirun hung and was killed (exit $rc)" ;;
-    *) ok "np=$np killed peer: mpirun ended by itself (exit $rc)" ;;
-    esac
-    pass=`grep -c '^SURVIVOR .* verdict=PASS' "$tmp.out"`
-    check "np=$np killed peer: $pass of $survivors survivors got a peer error or timeout in \
-bounded time, then ran an allreduce among themselves" [ "$pass" = $survivors ]
-    gone=`grep -c '^DESTROYED' "$tmp.out"`
-    check "np=$np killed peer: $gone of $survivors survivors destroyed their runtime" \
-        [ "$gone" = $survivors ]
-    if [ "$pass" != $survivors ] || [ "$gone" != $survivors ]; then
-        grep -v 'PMIX ERROR: BAD-PARAM' "$tmp.err" | tail -n 40 | sed 's/^/# stderr: /'
-    fi
-    diag "np=$np killed peer: `expr \`date +%s\` - $t0` s"
-
+    victim_run kill "killed peer" \
+        "got a peer error or timeout in bounded time, then ran an allreduce among themselves"
     # stopped, not killed: the keep-alive declares it dead well before the 30 s timeout
-    t0=`date +%s`
-    tidal_mpirun $np --enable-recovery "$prog" stop >"$tmp.out" 2>"$tmp.err"; rc=$?
-    grep '^SURVIVOR\|^FENCED' "$tmp.out" | sed 's/^/# /'
-    case $rc in
-    124 | 137) not_ok "np=$np stopped peer: mpirun hung and was killed (exit $rc)" ;;
-    *) ok "np=$np stopped peer: mpirun ended by itself (exit $rc)" ;;
-    esac
-    pass=`grep -c '^SURVIVOR .* verdict=PASS' "$tmp.out"`
-    check "np=$np stopped peer: $pass of $survivors survivors got TDL_ERR_PEER naming it and its \
-silence within gfc-dead-after-ms + 3 s, held it alone dead, then ran an allreduce among themselves" \
-        [ "$pass" = $survivors ]
-    check "np=$np stopped peer: let go again, it found itself fenced off (declared dead)" \
-        grep -q '^FENCED .* verdict=PASS' "$tmp.out"
-    gone=`grep -c '^DESTROYED' "$tmp.out"`
-    check "np=$np stopped peer: $gone of $survivors survivors destroyed their runtime" \
-        [ "$gone" = $survivors ]
-    if [ "$pass" != $survivors ] || [ "$gone" != $survivors ]; then
-        grep -v 'PMIX ERROR: BAD-PARAM' "$tmp.err" | tail -n 40 | sed 's/^/# stderr: /'
-    fi
-    diag "np=$np stopped peer: `expr \`date +%s\` - $t0` s"
+    victim_run stop "stopped peer" "got TDL_ERR_PEER naming it and its silence within \
+gfc-dead-after-ms + 3 s, held it alone dead, then ran an allreduce among themselves"
 done
 done_testing
