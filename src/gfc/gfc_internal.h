@@ -155,6 +155,9 @@ bool gfc_peer_declare(gfc_runtime_t *rt, int peer, int state, bool tell, const c
 /* UCX reported `peer`'s endpoint failed: declared dead at once without a keep-alive thread, else
  * by the thread a moment later unless the peer has said BYE by then. Either thread may call it. */
 void gfc_peer_endpoint_failed(gfc_runtime_t *rt, int peer, ucs_status_t status);
+/* Raises TDL_ERR_PEER for a peer gfc_peer_check refused, saying why: this rank is fenced, the
+ * peer is dead (and why), it has left, or its endpoint failed. */
+tdl_status_t gfc_peer_error(gfc_runtime_t *rt, int peer);
 /* GFC_PEER_ALIVE, _DEAD (also while being declared) or _LEFT (the reason: gfc_peer_why). */
 int gfc_peer_state(const gfc_runtime_t *rt, int peer);
 /* A UCX context and a worker for one thread (tag messages); `tuned`: gfc's protocol settings

@@ -102,6 +102,20 @@ bool gfc_peer_declare(gfc_runtime_t *rt, int peer, int state, bool tell, const c
     return true;
 }
 
+tdl_status_t gfc_peer_error(gfc_runtime_t *rt, int peer)
+{
+    int by = atomic_load(&rt->fenced_by);
+    if (by >= 0)
+        return tdl_error_raise(TDL_ERR_PEER, "this rank (%d) was declared dead by rank %d",
+                               rt->rank, by);
+    int state = gfc_peer_state(rt, peer);
+    if (state == GFC_PEER_ALIVE) /* only its main endpoint failed */
+        return tdl_error_raise(TDL_ERR_PEER, "rank %d has failed (%s)", peer,
+                               ucs_status_string(rt->peer_status[peer]));
+    return tdl_error_raise(TDL_ERR_PEER, "rank %d %s%s", peer,
+                           state == GFC_PEER_LEFT ? "" : "is dead: ", gfc_peer_why(rt, peer));
+}
+
 int gfc_peer_state(const gfc_runtime_t *rt, int peer)
 {
     int s = atomic_load(&((gfc_runtime_t *)rt)->peer_state[peer]);

@@ -106,16 +106,14 @@ static tdl_status_t request_group_check(gfc_group_t *g, const char *name)
     gfc_runtime_t *rt = g->rt;
     if (atomic_load(&rt->dead_count) == 0 && atomic_load(&rt->fenced_by) < 0)
         return TDL_OK;
-    if (atomic_load(&rt->fenced_by) >= 0)
-        return tdl_error_raise(TDL_ERR_PEER, "gfc %s: this rank (%d) was declared dead by rank %d",
-                               name, rt->rank, atomic_load(&rt->fenced_by));
     for (int i = 0; i < g->size; i++) {
         int peer = g->ranks[i];
-        if (peer != rt->rank && gfc_peer_state(rt, peer) != GFC_PEER_ALIVE)
-            return tdl_error_raise(TDL_ERR_PEER, "gfc %s (group of %d): rank %d %s%s", name,
-                                   g->size, peer,
-                                   gfc_peer_state(rt, peer) == GFC_PEER_LEFT ? "" : "is dead: ",
-                                   gfc_peer_why(rt, peer));
+        if (atomic_load(&rt->fenced_by) >= 0 ||
+            (peer != rt->rank && gfc_peer_state(rt, peer) != GFC_PEER_ALIVE)) {
+            tdl_status_t st = gfc_peer_error(rt, peer);
+            return tdl_error_raise(st, "gfc %s (group of %d): %s", name, g->size,
+                                   tdl_error_get());
+        }
     }
     return TDL_OK;
 }
@@ -393,26 +391,14 @@ static tdl_status_t request_step(gfc_request_t *req)
 static void request_check_peers(gfc_request_t *req)
 {
     gfc_runtime_t *rt = req->rt;
-    int by = atomic_load(&rt->fenced_by);
-    if (by >= 0) {
-        request_fail(req, TDL_ERR_PEER, "this rank (%d) was declared dead by rank %d", rt->rank,
-                     by);
-        request_cancel_all(req);
-        return;
-    }
     /* a point-to-point request depends on its peer alone */
     int n = req->progress ? req->group.size : req->nxfers;
     for (int i = 0; i < n && !req->finished; i++) {
         int peer = req->progress ? req->group.ranks[i] : req->xfers[i].peer;
-        if (peer == rt->rank || gfc_peer_check(rt, peer))
+        if (atomic_load(&rt->fenced_by) < 0 && (peer == rt->rank || gfc_peer_check(rt, peer)))
             continue;
-        if (gfc_peer_state(rt, peer) == GFC_PEER_ALIVE) /* only its main endpoint failed */
-            request_fail(req, TDL_ERR_PEER, "rank %d has failed (%s)", peer,
-                         ucs_status_string(rt->peer_status[peer]));
-        else
-            request_fail(req, TDL_ERR_PEER, "rank %d %s%s", peer,
-                         gfc_peer_state(rt, peer) == GFC_PEER_LEFT ? "" : "is dead: ",
-                         gfc_peer_why(rt, peer));
+        tdl_status_t st = gfc_peer_error(rt, peer);
+        request_fail(req, st, "%s", tdl_error_get());
         request_cancel_all(req);
     }
 }

@@ -415,17 +415,9 @@ static void runtime_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
 
 tdl_status_t gfc_ep_get(gfc_runtime_t *rt, int peer, ucp_ep_h *ep_out)
 {
-    if (atomic_load(&rt->fenced_by) >= 0)
-        return tdl_error_raise(TDL_ERR_PEER,
-                               "this rank (%d) was declared dead by rank %d and is fenced off",
-                               rt->rank, atomic_load(&rt->fenced_by));
-    if (gfc_peer_state(rt, peer) != GFC_PEER_ALIVE)
-        return tdl_error_raise(TDL_ERR_PEER, "rank %d %s%s", peer,
-                               gfc_peer_state(rt, peer) == GFC_PEER_LEFT ? "" : "is dead: ",
-                               gfc_peer_why(rt, peer));
-    if (rt->peer_status[peer] != UCS_OK)
-        return tdl_error_raise(TDL_ERR_PEER, "rank %d failed earlier (%s)", peer,
-                               ucs_status_string(rt->peer_status[peer]));
+    if (atomic_load(&rt->fenced_by) >= 0 || gfc_peer_state(rt, peer) != GFC_PEER_ALIVE ||
+        rt->peer_status[peer] != UCS_OK)
+        return gfc_peer_error(rt, peer);
     if (!rt->eps[peer]) {
         /* UCX's peer error handling rules out its shared-memory and CMA transports, so peers on
          * this node are watched through their pid instead (gfc_peer_check), and peers elsewhere
