@@ -95,22 +95,35 @@ done
 mkdir "$dir/one" "$dir/two"
 serve="--ckpt $ckpt --trace $dir/trace.jsonl --policy srtf --cost $dir/cost.json --log-level debug"
 serve4 "$dir/one" "$ids" $serve >"$dir/serve1.out" 2>&1
-cluster_run $layout -- serve4 "$dir/two" "$ids" $serve >"$dir/serve2.out" 2>"$dir/serve2.err"
+# every move, and those whose old and new ranks are on different hosts: rank 0's log names the
+# ranks of every task ("request ID: step_chunk (moved) on ranks A..B (N)")
+count_moves() {
+    awk 'NR == FNR { host[$1] = $2; next }
+         /debug: request .*: [a-z_]* (\(moved\) )?on ranks/ {
+            id = $0; sub(/.*request /, "", id); sub(/:.*/, "", id)
+            r = $0; sub(/.* on ranks /, "", r); split(r, a, /[. ]+/); h = host[a[1]]
+            if (/\(moved\)/) { m++; if ((id in last) && last[id] != h) x++ }
+            last[id] = h }
+         END { print m + 0, x + 0 }' "$dir/hosts" "$dir/two/serve.out"
+}
+# Where a preempted request resumes depends on when the short ones reach a step boundary, so a
+# loaded machine can see every move stay on one host: a run without a move between hosts shows
+# nothing and is tried again (at most 3 runs); what is checked is the run that had one.
+tries=0 xmoves=0
+while [ $tries -lt 3 ] && [ "$xmoves" = 0 ]; do
+    tries=$((tries + 1))
+    rm -f "$dir"/two/*
+    cluster_run $layout -- serve4 "$dir/two" "$ids" $serve >"$dir/serve2.out" 2>"$dir/serve2.err"
+    read moves xmoves <<EOF2
+`count_moves`
+EOF2
+    echo "# two hosts, run $tries: $moves moves, $xmoves between hosts"
+done
 for w in one two; do # one host, two hosts
     check "$w: the 24 requests answered 200" [ "`grep -c ' 200$' "$dir/$w/codes"`" = 24 ]
 done
 [ "`grep -c ' 200$' "$dir/two/codes"`" = 24 ] || tail -n 20 "$dir/two/serve.out" | sed 's/^/# /'
-# every move, and those whose old and new ranks are on different hosts: rank 0's log names the
-# ranks of every task ("request ID: step_chunk (moved) on ranks A..B (N)")
-awk 'NR == FNR { host[$1] = $2; next }
-     /debug: request .*: [a-z_]* (\(moved\) )?on ranks/ {
-        id = $0; sub(/.*request /, "", id); sub(/:.*/, "", id)
-        r = $0; sub(/.* on ranks /, "", r); split(r, a, /[. ]+/); h = host[a[1]]
-        if (/\(moved\)/) { m++; if ((id in last) && last[id] != h) x++ }
-        last[id] = h }
-     END { print m + 0, x + 0 }' "$dir/hosts" "$dir/two/serve.out" >"$dir/moves"
-read moves xmoves <"$dir/moves"
-check "requests' state moved between executors on different hosts ($moves moves, $xmoves between hosts)" \
+check "requests' state moved between executors on different hosts ($moves moves, $xmoves between hosts, run $tries of at most 3)" \
     [ "$xmoves" -gt 0 ]
 bytes=`sed -n 's/^sent: //p' "$dir/serve2.out"`
 check "both hosts' links carried it ($bytes)" \
