@@ -239,6 +239,7 @@ int cli_serve_main(tdl_params_t *params, const char *what, const cli_colocate_t 
     dit_model_t *m = NULL;
     gfc_runtime_t *rt = NULL;
     serve_dispatcher_t *d = NULL;
+    bool up = false; /* every rank's gfc runtime is up (the same on every rank) */
     if ((st = serving_model(params, run, &m)) != TDL_OK) {
         fprintf(stderr, "tidal[%d]: %s: %s\n", me.rank, what, tdl_error_get());
         rc = CLI_EXIT_FAILURE;
@@ -259,7 +260,8 @@ int cli_serve_main(tdl_params_t *params, const char *what, const cli_colocate_t 
         int64_t bad = rc != CLI_EXIT_OK;
         if (tdl_boot_allreduce_sum_i64(&bad) != TDL_OK || bad)
             rc = rc != CLI_EXIT_OK ? rc : CLI_EXIT_FAILURE;
-        else if (me.rank == 0 && (st = serve_dispatcher_create(rt, me.size, &d)) != TDL_OK) {
+        else if ((up = true) && me.rank == 0 &&
+                 (st = serve_dispatcher_create(rt, me.size, &d)) != TDL_OK) {
             fprintf(stderr, "tidal: serve: %s\n", tdl_error_get());
             rc = CLI_EXIT_FAILURE;
         }
@@ -297,19 +299,23 @@ int cli_serve_main(tdl_params_t *params, const char *what, const cli_colocate_t 
             rc = CLI_EXIT_FAILURE;
         }
     }
-    if (rt) {
-        tdl_boot_barrier();
+    /* rank 0's verdict reaches every live rank (a failed executor makes it a failure): they
+     * exit with the same code. Over gfc, which passes over dead ranks, where MPI would hang */
+    int64_t verdict = rc;
+    if (up) {
+        verdict = gfc_verdict(rt, rc);
         gfc_runtime_destroy(rt);
+    } else if (me.size > 1) { /* start-up failed: every rank is still there */
+        gfc_runtime_destroy(rt);
+        int64_t fails = rc != CLI_EXIT_OK;
+        verdict = me.rank == 0 ? rc : 0;
+        if (tdl_boot_allreduce_sum_i64(&fails) != TDL_OK ||
+            tdl_boot_allreduce_sum_i64(&verdict) != TDL_OK)
+            verdict = CLI_EXIT_FAILURE;
+        if (verdict == CLI_EXIT_OK && fails)
+            verdict = CLI_EXIT_FAILURE;
     }
     dit_model_free(m);
-    /* rank 0's verdict reaches everyone (a failed executor makes it a failure): every rank
-     * exits together, with the same code */
-    int64_t fails = rc != CLI_EXIT_OK, verdict = me.rank == 0 ? rc : 0;
-    if (me.size > 1 && (tdl_boot_allreduce_sum_i64(&fails) != TDL_OK ||
-                        tdl_boot_allreduce_sum_i64(&verdict) != TDL_OK))
-        verdict = CLI_EXIT_FAILURE;
-    if (verdict == CLI_EXIT_OK && fails)
-        verdict = CLI_EXIT_FAILURE;
     tdl_boot_finalize();
     return (int)verdict;
 }

@@ -10,7 +10,7 @@
 
 #include "coord/coord.h"
 
-enum { ROLE_TRAIN = 0, ROLE_SERVE, ROLE_TO_SERVE, ROLE_TO_TRAIN };
+enum { ROLE_TRAIN = 0, ROLE_SERVE, ROLE_TO_SERVE, ROLE_TO_TRAIN, ROLE_LOST };
 
 #define COORD_MAX_MOVES 4096 /* moves to serving timed for the summary */
 
@@ -21,6 +21,7 @@ typedef struct coord_req {
     double arrival_s, deadline_s;
     serve_task_kind_t kind; /* of the task running (or run last) */
     int first, last;        /* its first and last world rank */
+    int restarts;           /* times it started again after a rank died */
     /* its answer, once it finished: kept here, so that answering never allocates */
     bool ok, late;
     double finish_s;
@@ -202,6 +203,18 @@ static tdl_status_t on_start(void *user, const coord_sched_task_t *t)
     return TDL_OK;
 }
 
+/* The scheduler starts a request again from PREPARE: a rank holding its state died. */
+static void on_restart(void *user, uint64_t id)
+{
+    coord_t *c = user;
+    coord_req_t *r = &c->reqs[id];
+    r->restarts++;
+    TDL_INFO("request %llu starts again from its first step (%d of at most %d), its seed %llu "
+             "making the same image",
+             (unsigned long long)r->spec.id, r->restarts, COORD_MAX_RESTARTS,
+             (unsigned long long)r->spec.seed);
+}
+
 /* ---- life ------------------------------------------------------------------------------------ */
 
 void coord_cost_trim(coord_cost_model_t *cost, int num_heads, int hidden, int executors,
@@ -242,6 +255,7 @@ tdl_status_t coord_create(const coord_config_t *cfg, coord_t **out)
                                .cost = &c->cost,
                                .policy = cfg->policy,
                                .start = on_start,
+                               .restarted = on_restart,
                                .user = c};
     tdl_status_t st = coord_sched_create(&sc, &c->sched);
     for (int w = 1; w <= SERVE_WIRE_MAX_WORKERS && w <= cfg->workers; w++)
@@ -357,14 +371,39 @@ tdl_status_t coord_task_finished(coord_t *c, double now, uint64_t request, bool 
     return st;
 }
 
-int coord_shutdown(coord_t *c, double now, const char *why)
+tdl_status_t coord_task_lost(coord_t *c, double now, uint64_t request)
+{
+    if (request >= c->nreqs)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "coordinator: no request %llu lost a task",
+                               (unsigned long long)request);
+    coord_req_t *r = &c->reqs[request];
+    if (r->restarts < COORD_MAX_RESTARTS) {
+        TDL_WARN("request %llu: its %s task on executor ranks %d..%d lost a rank",
+                 (unsigned long long)r->spec.id, serve_task_name(r->kind), r->first, r->last);
+        return coord_sched_restart(c->sched, now, request);
+    }
+    char why[SERVE_ERROR_MAX];
+    snprintf(why, sizeof(why),
+             "its %s task on executor ranks %d..%d lost a rank, after %d starts again",
+             serve_task_name(r->kind), r->first, r->last, r->restarts);
+    answer(c, request, now, false, NULL, 0, why);
+    return coord_sched_failed(c->sched, now, request);
+}
+
+/* Fails `why` every request that waits with no task running (started_too: also those started). */
+static int drop(coord_t *c, double now, bool started_too, const char *why)
 {
     uint64_t ids[64];
     int n, total = 0;
-    while ((n = coord_sched_drop_waiting(c->sched, ids, (int)TDL_ARRAY_SIZE(ids))) > 0)
+    while ((n = coord_sched_drop_waiting(c->sched, started_too, ids, (int)TDL_ARRAY_SIZE(ids))) > 0)
         for (int i = 0; i < n; i++, total++)
             answer(c, ids[i], now, false, NULL, 0, why);
     return total;
+}
+
+int coord_shutdown(coord_t *c, double now, const char *why)
+{
+    return drop(c, now, false, why);
 }
 
 double coord_backlog_s(const coord_t *c, double now, int queued)
@@ -461,6 +500,30 @@ static tdl_status_t rank_left(coord_t *c, int w, double now)
     return st == TDL_OK ? coord_sched_kick(c->sched, now) : st;
 }
 
+tdl_status_t coord_rank_lost(coord_t *c, double now, int w, const char *why)
+{
+    if (w < 1 || w > c->cfg.workers)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "coordinator: no worker %d was lost", w);
+    if (coord_sched_lost(c->sched, w - 1))
+        return TDL_OK;
+    if (w <= SERVE_WIRE_MAX_WORKERS) {
+        int role = c->role[w];
+        if (role == ROLE_TO_SERVE || role == ROLE_TO_TRAIN) /* its report will not come */
+            c->pending--;
+        c->role[w] = ROLE_LOST;
+    }
+    coord_sched_stats_t k;
+    coord_sched_get_stats(c->sched, &k);
+    long before = k.restarts;
+    tdl_status_t st = coord_sched_rank_lost(c->sched, now, w - 1);
+    coord_sched_get_stats(c->sched, &k);
+    TDL_WARN("rank %d is dead (%s): it leaves the pool, %d of %d executors are left; %ld "
+             "waiting requests whose state it held start again",
+             w, why && *why ? why : "declared by gfc", c->cfg.workers - k.lost, c->cfg.workers,
+             k.restarts - before);
+    return st;
+}
+
 tdl_status_t coord_report(coord_t *c, double now, int w, const serve_wire_report_t *r)
 {
     if (!c->cfg.realloc || w < 1 || w > c->cfg.workers)
@@ -527,6 +590,17 @@ tdl_status_t coord_tick(coord_t *c, double now, int queued)
 {
     int live = coord_sched_live(c->sched), running = coord_sched_running(c->sched);
     if (!c->cfg.realloc) {
+        coord_sched_stats_t k;
+        coord_sched_get_stats(c->sched, &k);
+        if (live > 0 && running == 0 && k.lost > 0) { /* what needs more ranks than are left */
+            char why[SERVE_ERROR_MAX];
+            snprintf(why, sizeof(why),
+                     "policy %s cannot place it on the %d executors left alive (%d died)",
+                     coord_sched_policy_name(c->sched), c->cfg.workers - k.lost, k.lost);
+            int n = drop(c, now, true, why);
+            TDL_WARN("%d requests failed: %s", n, why);
+            return TDL_OK;
+        }
         if (live > 0 && running == 0)
             return tdl_error_raise(TDL_ERR_INTERNAL,
                                    "policy %s leaves %d requests waiting with every executor idle",
@@ -570,16 +644,19 @@ int coord_running(const coord_t *c)
 void coord_roles(const coord_t *c, int ranks[SERVE_ROLE_COUNT])
 {
     int serve = 0, train = 0;
+    coord_sched_stats_t k;
+    coord_sched_get_stats(c->sched, &k);
     for (int w = 1; w <= c->cfg.workers && w <= SERVE_WIRE_MAX_WORKERS; w++) {
         serve += c->role[w] == ROLE_SERVE;
         train += c->role[w] == ROLE_TRAIN;
     }
     if (c->cfg.workers > SERVE_WIRE_MAX_WORKERS) /* plain serving, beyond the role table */
-        serve = c->cfg.workers;
+        serve = c->cfg.workers - k.lost;
     ranks[SERVE_ROLE_COORDINATOR] = 1;
     ranks[SERVE_ROLE_SERVING] = serve;
     ranks[SERVE_ROLE_TRAINING] = train;
-    ranks[SERVE_ROLE_IDLE] = c->cfg.workers - serve - train;
+    ranks[SERVE_ROLE_DEAD] = k.lost;
+    ranks[SERVE_ROLE_IDLE] = c->cfg.workers - serve - train - k.lost;
 }
 
 void coord_training_get(const coord_t *c, coord_training_t *out)
@@ -627,6 +704,7 @@ void coord_stats_get(const coord_t *c, coord_stats_t *out)
     *out = c->stats;
     out->tasks = k.tasks, out->migrations = k.migrations;
     out->busy_rank_s = k.busy_rank_s, out->migration_s = k.migration_s;
+    out->restarts = k.restarts, out->lost = k.lost;
 }
 
 const char *coord_policy_name(const coord_t *c)

@@ -85,9 +85,13 @@ typedef struct coord_move_stats {
     const double *over_prev;   /* each over (the step before the decision + 10 ms), sorted */
 } coord_move_stats_t;
 
+#define COORD_MAX_RESTARTS 3 /* starts again of one request before it fails */
+
 typedef struct coord_stats {
     uint64_t arrived, done, failed, late;
     long tasks, migrations;
+    long restarts; /* requests started again after a rank died */
+    int lost;      /* executor ranks declared dead */
     double busy_rank_s, migration_s;
 } coord_stats_t;
 
@@ -107,6 +111,14 @@ tdl_status_t coord_request_arrive(coord_t *c, double now, const serve_request_pa
  * handed on in the ANSWER (the coordinator never frees it). */
 tdl_status_t coord_task_finished(coord_t *c, double now, uint64_t request, bool ok, void *result,
                                  size_t result_len);
+/* The running task of `request` failed because a rank it needed died (the dispatcher's
+ * TDL_ERR_PEER): the request starts again from PREPARE on live ranks, its seed making the same
+ * image, at most COORD_MAX_RESTARTS times; then it fails. */
+tdl_status_t coord_task_lost(coord_t *c, double now, uint64_t request);
+/* World rank `worker` is dead (gfc declared it; why: its reason): it leaves the pool for good,
+ * and the waiting requests whose state it held start again from PREPARE. Its running task, if
+ * any, fails on its own (coord_task_lost). Telling it twice changes nothing. */
+tdl_status_t coord_rank_lost(coord_t *c, double now, int worker, const char *why);
 /* A report of worker `worker` (world rank). A worker's error report is TDL_ERR_PEER naming it. */
 tdl_status_t coord_report(coord_t *c, double now, int worker, const serve_wire_report_t *r);
 /* The time passes: reallocation decisions; `queued`: requests waiting in the caller's queue.

@@ -113,6 +113,7 @@ typedef struct rank0 {
     coord_colocate_t *coloc;
     FILE *log;
     double t0;
+    int dead_seen; /* ranks gfc held dead at the last look */
 } rank0_t;
 
 static double now_of(const rank0_t *r)
@@ -177,18 +178,44 @@ static tdl_status_t take_commands(rank0_t *r)
     return st;
 }
 
+/* Ranks gfc declared dead since the last look leave the coordinator's pool. */
+static tdl_status_t note_deaths(rank0_t *r)
+{
+    int dead[SERVE_WIRE_MAX_WORKERS + 1];
+    int n = serve_dispatcher_dead(r->d, dead, (int)TDL_ARRAY_SIZE(dead));
+    if (n == r->dead_seen)
+        return TDL_OK;
+    r->dead_seen = n;
+    tdl_status_t st = TDL_OK;
+    for (int i = 0; i < n && i < (int)TDL_ARRAY_SIZE(dead) && st == TDL_OK; i++)
+        st = coord_rank_lost(r->co, now_of(r), dead[i], serve_dispatcher_why(r->d, dead[i]));
+    int ranks[SERVE_ROLE_COUNT];
+    coord_roles(r->co, ranks);
+    serve_queue_set_ranks(r->q, ranks);
+    return st == TDL_OK ? take_commands(r) : st;
+}
+
 /* Reported tasks and workers' reports into the coordinator; *nout: how many came. */
 static tdl_status_t collect(rank0_t *r, int *nout)
 {
+    /* the deaths first: a task that failed for one is placed again without the dead rank */
+    tdl_status_t st = note_deaths(r);
     serve_inflight_t fin[SERVE_MAX_DEGREE * 4];
-    int n = serve_dispatcher_poll(r->d, fin, (int)TDL_ARRAY_SIZE(fin));
-    tdl_status_t st = TDL_OK;
+    int n = st == TDL_OK ? serve_dispatcher_poll(r->d, fin, (int)TDL_ARRAY_SIZE(fin)) : 0;
     for (int i = 0; i < n; i++) {
         bool ok = fin[i].status == TDL_OK;
+        uint64_t id = (uintptr_t)fin[i].user;
+        tdl_status_t s;
         if (!ok)
             free(fin[i].png);
-        tdl_status_t s = coord_task_finished(r->co, now_of(r), (uintptr_t)fin[i].user, ok,
-                                             ok ? fin[i].png : NULL, ok ? fin[i].png_len : 0);
+        if (fin[i].status == TDL_ERR_PEER) {
+            s = coord_task_lost(r->co, now_of(r), id);
+        } else {
+            if (!ok)
+                TDL_WARN("%s", fin[i].why);
+            s = coord_task_finished(r->co, now_of(r), id, ok, ok ? fin[i].png : NULL,
+                                    ok ? fin[i].png_len : 0);
+        }
         if (st == TDL_OK)
             st = s;
     }
@@ -395,10 +422,18 @@ tdl_status_t coord_rank0_run(const coord_rank0_opts_t *o, int world, dit_model_t
             rejected += s.by_source[i].rejected;
         }
         if (o->progress_every > 0 && now - last >= o->progress_every) {
-            if (done + failed != last_done || s.queued || s.running)
-                printf("tidal serve: %8.1f s  done %llu  failed %llu  rejected %llu  queue %d\n",
+            if (done + failed != last_done || s.queued || s.running) {
+                char dead[64] = "";
+                coord_stats_t k = {0};
+                if (r.co)
+                    coord_stats_get(r.co, &k);
+                if (k.lost)
+                    snprintf(dead, sizeof(dead), "  dead ranks %d  restarted %ld", k.lost,
+                             k.restarts);
+                printf("tidal serve: %8.1f s  done %llu  failed %llu  rejected %llu  queue %d%s\n",
                        now - r.t0, (unsigned long long)done, (unsigned long long)failed,
-                       (unsigned long long)rejected, s.queued);
+                       (unsigned long long)rejected, s.queued, dead);
+            }
             fflush(stdout);
             last = now;
             last_done = done + failed;
@@ -470,6 +505,15 @@ out:
         coord_stats_get(r.co, &k);
         printf("tidal serve: policy %s: %ld tasks, %ld moves of state\n", coord_policy_name(r.co),
                k.tasks, k.migrations);
+        if (k.lost) {
+            int dead[SERVE_WIRE_MAX_WORKERS + 1];
+            int n = serve_dispatcher_dead(d, dead, (int)TDL_ARRAY_SIZE(dead));
+            printf("tidal serve: %d executor rank%s died:", k.lost, k.lost == 1 ? "" : "s");
+            for (int i = 0; i < n && i < (int)TDL_ARRAY_SIZE(dead); i++)
+                printf(" %d (%s)%s", dead[i], serve_dispatcher_why(d, dead[i]),
+                       i + 1 < n ? "," : "");
+            printf("; %ld requests started again\n", k.restarts);
+        }
         if (r.coloc)
             coord_colocate_finish(r.coloc, r.co, r.q, tdl_clock_s() - r.t0);
     }

@@ -11,6 +11,7 @@ struct sched {
     void *pstate;
     bool *busy;
     bool *offline; /* taken out of the policy's reach: busy too */
+    bool *lost;    /* gone for good: offline too */
     int nfree, maxdeg;
     coord_policy_request_t *live; /* dense, nlive of cap */
     int *live_ranks;              /* maxdeg per live slot */
@@ -219,7 +220,27 @@ static void retire(coord_sched_t *s, uint64_t id)
     s->live_of[id] = -1;
 }
 
-static tdl_status_t end_task(coord_sched_t *s, double now, uint64_t id, bool failed, bool *done)
+/* r starts again from PREPARE: the ranks it has left that are not lost become the previous
+ * ranks of that PREPARE, which lets them drop what they held. */
+static void restart(coord_sched_t *s, int slot)
+{
+    coord_policy_request_t *r = &s->live[slot];
+    int *ranks = &s->live_ranks[slot * s->maxdeg], k = 0;
+    for (int i = 0; i < r->nranks; i++)
+        if (!s->lost[ranks[i]])
+            ranks[k++] = ranks[i];
+    r->nranks = k;
+    r->steps_done = 0;
+    r->last_degree = 0;
+    r->next = COORD_POLICY_TASK_PREPARE;
+    s->stats.restarts++;
+    if (s->cfg.restarted)
+        s->cfg.restarted(s->cfg.user, r->id);
+}
+
+typedef enum { END_FINISHED, END_FAILED, END_RESTART } end_t;
+
+static tdl_status_t end_task(coord_sched_t *s, double now, uint64_t id, end_t how, bool *done)
 {
     int slot = slot_of(s, id);
     if (slot < 0 || !s->live[slot].running)
@@ -229,26 +250,31 @@ static tdl_status_t end_task(coord_sched_t *s, double now, uint64_t id, bool fai
     coord_policy_request_t *r = &s->live[slot];
     coord_policy_task_t task = r->next;
     for (int i = 0; i < r->nranks; i++)
-        s->busy[r->ranks[i]] = false;
-    s->nfree += r->nranks;
+        if (!s->lost[r->ranks[i]]) { /* a lost rank stays busy */
+            s->busy[r->ranks[i]] = false;
+            s->nfree++;
+        }
     s->running--;
     r->running = false;
-    bool finished = failed || task == COORD_POLICY_TASK_DECODE;
-    if (task == COORD_POLICY_TASK_PREPARE || task == COORD_POLICY_TASK_STEP_CHUNK)
+    bool failed = how == END_FAILED;
+    bool finished = failed || (how == END_FINISHED && task == COORD_POLICY_TASK_DECODE);
+    if (how == END_RESTART)
+        restart(s, slot);
+    else if (task == COORD_POLICY_TASK_PREPARE || task == COORD_POLICY_TASK_STEP_CHUNK)
         r->next = r->steps_done >= r->steps_total ? COORD_POLICY_TASK_DECODE
                                                   : COORD_POLICY_TASK_STEP_CHUNK;
     if (finished)
         retire(s, id);
     if (done)
         *done = finished && !failed;
-    coord_policy_event_t ev = {failed ? COORD_POLICY_EV_FAILED : COORD_POLICY_EV_FINISHED, id,
-                               task};
+    coord_policy_event_t ev = {
+        how == END_FINISHED ? COORD_POLICY_EV_FINISHED : COORD_POLICY_EV_FAILED, id, task};
     int nout = 0;
     coord_policy_view_t v = view_of(s);
     tdl_status_t st = s->cfg.policy->on_event(s->pstate, &v, &ev, s->buf[0], s->bufcap, &nout);
     if (st == TDL_OK)
         st = apply(s, nout);
-    if (st == TDL_OK && !finished) {
+    if (st == TDL_OK && !finished && !s->live[slot_of(s, id)].running) {
         v = view_of(s);
         st = s->cfg.policy->on_runnable(s->pstate, &v, id, s->buf[0], s->bufcap, &nout);
         if (st == TDL_OK)
@@ -259,18 +285,52 @@ static tdl_status_t end_task(coord_sched_t *s, double now, uint64_t id, bool fai
 
 tdl_status_t coord_sched_finished(coord_sched_t *s, double now, uint64_t id, bool *request_done)
 {
-    return end_task(s, now, id, false, request_done);
+    return end_task(s, now, id, END_FINISHED, request_done);
 }
 
 tdl_status_t coord_sched_failed(coord_sched_t *s, double now, uint64_t id)
 {
-    return end_task(s, now, id, true, NULL);
+    return end_task(s, now, id, END_FAILED, NULL);
+}
+
+tdl_status_t coord_sched_restart(coord_sched_t *s, double now, uint64_t id)
+{
+    return end_task(s, now, id, END_RESTART, NULL);
+}
+
+tdl_status_t coord_sched_rank_lost(coord_sched_t *s, double now, int r)
+{
+    if (r < 0 || r >= s->cfg.ranks)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "scheduler: no rank %d", r);
+    if (s->lost[r])
+        return TDL_OK;
+    s->lost[r] = true;
+    s->stats.lost++;
+    if (!s->busy[r])
+        s->nfree--;
+    s->busy[r] = s->offline[r] = true;
+    for (int i = 0; i < s->nlive; i++) {
+        const coord_policy_request_t *q = &s->live[i];
+        bool held = false;
+        for (int k = 0; k < q->nranks && !held; k++)
+            held = q->ranks[k] == r;
+        if (!q->running && held)
+            restart(s, i);
+    }
+    return coord_sched_kick(s, now);
+}
+
+bool coord_sched_lost(const coord_sched_t *s, int r)
+{
+    return r >= 0 && r < s->cfg.ranks && s->lost[r];
 }
 
 tdl_status_t coord_sched_set_available(coord_sched_t *s, int r, bool available)
 {
     if (r < 0 || r >= s->cfg.ranks)
         return tdl_error_raise(TDL_ERR_INVALID_ARG, "scheduler: no rank %d", r);
+    if (available && s->lost[r])
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "scheduler: rank %d is lost", r);
     if (available == !s->offline[r])
         return TDL_OK;
     if (!available && s->busy[r])
@@ -297,12 +357,12 @@ tdl_status_t coord_sched_kick(coord_sched_t *s, double now)
     return TDL_OK;
 }
 
-int coord_sched_drop_waiting(coord_sched_t *s, uint64_t *ids, int max)
+int coord_sched_drop_waiting(coord_sched_t *s, bool started_too, uint64_t *ids, int max)
 {
     int n = 0;
     for (int i = s->nlive - 1; i >= 0 && n < max; i--) {
         const coord_policy_request_t *r = &s->live[i];
-        if (r->running || r->next != COORD_POLICY_TASK_PREPARE || r->nranks)
+        if (r->running || (!started_too && (r->next != COORD_POLICY_TASK_PREPARE || r->nranks)))
             continue;
         ids[n++] = r->id;
         retire(s, r->id); /* moves the last slot here: the ones above were seen already */
@@ -386,6 +446,7 @@ tdl_status_t coord_sched_create(const coord_sched_config_t *cfg, coord_sched_t *
     s->idcap = 64;
     s->busy = tdl_calloc((size_t)cfg->ranks, sizeof(bool));
     s->offline = tdl_calloc((size_t)cfg->ranks, sizeof(bool));
+    s->lost = tdl_calloc((size_t)cfg->ranks, sizeof(bool));
     s->stamp = tdl_calloc((size_t)cfg->ranks, sizeof(int));
     s->live = tdl_calloc((size_t)s->cap, sizeof(*s->live));
     s->live_ranks = tdl_calloc((size_t)s->cap * (size_t)s->maxdeg, sizeof(int));
@@ -395,8 +456,8 @@ tdl_status_t coord_sched_create(const coord_sched_config_t *cfg, coord_sched_t *
     s->buf[0] = tdl_malloc((size_t)s->bufcap * sizeof(coord_policy_placement_t));
     s->buf[1] = tdl_malloc((size_t)s->bufcap * sizeof(coord_policy_placement_t));
     tdl_status_t st = TDL_OK;
-    if (!s->busy || !s->offline || !s->stamp || !s->live || !s->live_ranks || !s->prev_ranks ||
-        !s->live_of || !s->started || !s->buf[0] || !s->buf[1])
+    if (!s->busy || !s->offline || !s->lost || !s->stamp || !s->live || !s->live_ranks ||
+        !s->prev_ranks || !s->live_of || !s->started || !s->buf[0] || !s->buf[1])
         st = tdl_error_raise(TDL_ERR_NOMEM, "scheduler: out of memory for %d ranks", cfg->ranks);
     if (st == TDL_OK)
         st = cfg->policy->create(&s->pstate);
@@ -415,5 +476,7 @@ void coord_sched_free(coord_sched_t *s)
     if (s->pstate)
         s->cfg.policy->destroy(s->pstate);
     free(s->buf[1]), free(s->buf[0]), free(s->started), free(s->live_of), free(s->prev_ranks);
-    free(s->live_ranks), free(s->live), free(s->stamp), free(s->offline), free(s->busy), free(s);
+    free(s->live_ranks), free(s->live), free(s->stamp), free(s->lost), free(s->offline),
+        free(s->busy);
+    free(s);
 }

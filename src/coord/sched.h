@@ -29,6 +29,8 @@ typedef struct coord_sched_task {
 } coord_sched_task_t;
 
 typedef tdl_status_t (*coord_sched_start_fn)(void *user, const coord_sched_task_t *task);
+/* A request starts again from PREPARE: a rank that held its state or ran its task is lost. */
+typedef void (*coord_sched_restart_fn)(void *user, uint64_t id);
 
 typedef struct coord_sched_config {
     int ranks;      /* ranks 0 .. ranks - 1 run tasks */
@@ -37,6 +39,7 @@ typedef struct coord_sched_config {
     const coord_cost_model_t *cost;
     const coord_policy_ops_t *policy;
     coord_sched_start_fn start;
+    coord_sched_restart_fn restarted; /* may be NULL */
     void *user;
 } coord_sched_config_t;
 
@@ -52,6 +55,8 @@ typedef struct coord_sched_stats {
     long tasks, migrations;
     double busy_rank_s; /* rank-seconds of the estimates of the tasks started */
     double migration_s; /* estimated seconds of the moves */
+    long restarts;      /* requests started again after a rank was lost */
+    int lost;           /* ranks lost */
 } coord_sched_stats_t;
 
 typedef struct sched coord_sched_t;
@@ -67,15 +72,25 @@ tdl_status_t coord_sched_arrive(coord_sched_t *s, double now, const coord_sched_
 tdl_status_t coord_sched_finished(coord_sched_t *s, double now, uint64_t id, bool *request_done);
 /* The running task of `id` failed: its ranks are free and the request is dropped. */
 tdl_status_t coord_sched_failed(coord_sched_t *s, double now, uint64_t id);
+/* The running task of `id` failed because a rank it used is lost: its ranks that are not lost
+ * are free, and the request starts again from PREPARE (its seed makes the same image). */
+tdl_status_t coord_sched_restart(coord_sched_t *s, double now, uint64_t id);
+/* Rank r is gone for good: out of the policy's reach, never given back. A waiting request whose
+ * state r held starts again from PREPARE at once; one whose task runs on r starts again when
+ * that task's failure comes (coord_sched_restart). The ranks that shared the lost state are
+ * the first PREPARE's previous ranks, so that they let go of it. */
+tdl_status_t coord_sched_rank_lost(coord_sched_t *s, double now, int r);
+bool coord_sched_lost(const coord_sched_t *s, int r);
 /* Takes rank r out of the policy's reach (it trains) or gives it back; a rank running a task
- * cannot be taken (TDL_ERR_INVALID_ARG). */
+ * cannot be taken, nor a lost one given back (TDL_ERR_INVALID_ARG). */
 tdl_status_t coord_sched_set_available(coord_sched_t *s, int r, bool available);
 /* Asks the policy to place what it will on the free ranks at `now` (after ranks were given
  * back: no arrival or completion would). */
 tdl_status_t coord_sched_kick(coord_sched_t *s, double now);
-/* Drops the requests no task of which has started (a server stopping fails them): writes up
+/* Drops the requests no task of which has started (a server stopping fails them), or with
+ * started_too every request with no task running (no placement fits the ranks left): writes up
  * to max of their ids and answers how many were dropped. */
-int coord_sched_drop_waiting(coord_sched_t *s, uint64_t *ids, int max);
+int coord_sched_drop_waiting(coord_sched_t *s, bool started_too, uint64_t *ids, int max);
 bool coord_sched_available(const coord_sched_t *s, int r);
 /* Whether rank r runs a task or holds the state of a live request (its last task ran there). */
 bool coord_sched_rank_in_use(const coord_sched_t *s, int r);

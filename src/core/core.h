@@ -63,6 +63,10 @@ tdl_log_level_t tdl_log_get_level(void);
 /* Rank shown in every line's prefix; -1 (the default) shows no rank. */
 void tdl_log_set_rank(int rank);
 void tdl_log_set_stream(FILE *stream);
+/* Fault injection for the failure tests: with TIDAL_FAULT="POINT:RANK:NTH:KILL" (or STOP), the
+ * rank set by tdl_log_set_rank raises SIGKILL (SIGSTOP) the NTH time it reaches POINT. Points:
+ * serve.chunk (a step chunk's first step), serve.move (a state's move). Unset: nothing. */
+void tdl_fault_point(const char *where);
 void tdl_log_write(tdl_log_level_t level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void tdl_log_vwrite(tdl_log_level_t level, const char *fmt, va_list ap);

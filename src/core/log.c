@@ -3,7 +3,9 @@
 #include "config.h"
 
 #include <stdarg.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
@@ -49,6 +51,31 @@ tdl_log_level_t tdl_log_get_level(void)
 void tdl_log_set_rank(int rank)
 {
     log_rank = rank;
+}
+
+void tdl_fault_point(const char *where)
+{
+    static int parsed; /* 0: not yet, 1: armed, -1: off */
+    static char point[64];
+    static int rank, nth, sig, seen;
+    if (!parsed) {
+        const char *f = getenv("TIDAL_FAULT");
+        char name[8] = "";
+        parsed = -1;
+        if (f && sscanf(f, "%63[^:]:%d:%d:%7s", point, &rank, &nth, name) == 4 && nth >= 1) {
+            sig = !strcmp(name, "KILL") ? SIGKILL : !strcmp(name, "STOP") ? SIGSTOP : 0;
+            parsed = sig ? 1 : -1;
+        }
+        if (f && parsed < 0)
+            tdl_log_write(TDL_LOG_WARN, "TIDAL_FAULT='%s' ignored: use POINT:RANK:NTH:KILL|STOP",
+                          f);
+    }
+    if (parsed < 0 || rank != log_rank || strcmp(where, point) != 0 || ++seen != nth)
+        return;
+    tdl_log_write(TDL_LOG_WARN, "TIDAL_FAULT: SIG%s at %s (time %d)",
+                  sig == SIGKILL ? "KILL" : "STOP", where, nth);
+    fflush(NULL);
+    raise(sig);
 }
 
 void tdl_log_set_stream(FILE *stream)

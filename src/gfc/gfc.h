@@ -96,6 +96,11 @@ int gfc_dead_ranks(gfc_runtime_t *rt, int *ranks, int max);
 int gfc_runtime_dead_count(gfc_runtime_t *rt);
 /* The rank that declared this one dead (every gfc call fails from then on), or -1. */
 int gfc_runtime_fenced_by(gfc_runtime_t *rt);
+/* The end of a job, on every rank, in place of MPI collectives that would hang on a dead peer:
+ * each live rank sends its exit code to rank 0, which answers each with the verdict: rank 0's
+ * code, else 1 when a rank that lived to the end failed, else 0. Ranks dead before or during
+ * the exchange are passed over. A rank that cannot hear rank 0 answers its own code (1 for 0). */
+int gfc_verdict(gfc_runtime_t *rt, int code);
 
 /* ---- groups ------------------------------------------------------------------------------ */
 

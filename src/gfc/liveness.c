@@ -160,6 +160,55 @@ int gfc_runtime_fenced_by(gfc_runtime_t *rt)
     return atomic_load(&rt->fenced_by);
 }
 
+#define GFC_NS_VERDICT 0x76657264696374ull /* "verdict" */
+
+int gfc_verdict(gfc_runtime_t *rt, int code)
+{
+    int32_t mine = code;
+    if (rt->size == 1)
+        return code;
+    if (rt->rank != 0) { /* my code to rank 0, its verdict back */
+        int pair[2] = {0, rt->rank};
+        gfc_group_t g;
+        int32_t verdict = 1;
+        size_t got = 0;
+        tdl_status_t st = gfc_group_init(&g, rt, pair, 2, GFC_NS_VERDICT);
+        if (st == TDL_OK)
+            st = gfc_send(&g, 0, 0, &mine, sizeof(mine));
+        if (st == TDL_OK)
+            st = gfc_recv(&g, 0, 1, &verdict, sizeof(verdict), &got);
+        if (st != TDL_OK || got != sizeof(verdict)) {
+            TDL_WARN("the job's verdict from rank 0: %s", st != TDL_OK ? tdl_error_get() : "short");
+            return code ? code : 1;
+        }
+        return verdict;
+    }
+    /* rank 0: rank 0's code, else 1 when a rank that lived to the end failed */
+    int32_t verdict = code;
+    for (int w = 1; w < rt->size; w++) {
+        int pair[2] = {0, w};
+        gfc_group_t g;
+        int32_t theirs = 0;
+        size_t got = 0;
+        if (!gfc_peer_alive(rt, w) || gfc_group_init(&g, rt, pair, 2, GFC_NS_VERDICT) != TDL_OK)
+            continue;
+        if (gfc_recv(&g, 1, 0, &theirs, sizeof(theirs), &got) != TDL_OK) {
+            TDL_WARN("rank %d's exit code: %s", w, tdl_error_get());
+            continue; /* it died at the end: the job survives it as any other death */
+        }
+        if (got == sizeof(theirs) && theirs != 0 && verdict == 0)
+            verdict = 1;
+    }
+    for (int w = 1; w < rt->size; w++) {
+        int pair[2] = {0, w};
+        gfc_group_t g;
+        if (gfc_peer_alive(rt, w) && gfc_group_init(&g, rt, pair, 2, GFC_NS_VERDICT) == TDL_OK &&
+            gfc_send(&g, 1, 1, &verdict, sizeof(verdict)) != TDL_OK)
+            TDL_WARN("the job's verdict to rank %d: %s", w, tdl_error_get());
+    }
+    return verdict;
+}
+
 static void live_fenced(gfc_runtime_t *rt, int by)
 {
     int expect = -1;

@@ -10,6 +10,7 @@
  * moves of state between ranks that are busy elsewhere wait but never deadlock. */
 #include "config.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -137,12 +138,28 @@ tdl_status_t serve_dispatch_task(serve_dispatcher_t *d, const serve_traj_spec_t 
         st = c->kind == SERVE_TASK_DECODE
                  ? gfc_recv_start(&f->back, 1, c->seq, f->png, SERVE_MAX_PNG, &f->req)
                  : gfc_recv_start(&f->back, 1, c->seq, f->ack, sizeof(f->ack), &f->req);
-    /* every rank of either list hears of it once */
+    if (st == TDL_ERR_PEER) { /* the lead is dead: the task fails at the next poll */
+        f->failed = true;
+        f->status =
+            tdl_error_raise(TDL_ERR_PEER, "request %llu: %s: %s", (unsigned long long)spec->id,
+                            serve_task_name(c->kind), tdl_error_get());
+        snprintf(f->why, sizeof(f->why), "%s", tdl_error_get());
+        f->active = true;
+        d->ninflight++;
+        return TDL_OK;
+    }
+    /* every rank of either list hears of it once; a dead one is no error here: the ranks that
+     * hear fail the task at its first exchange with it, and the lead says so */
     for (int k = 0; k < c->nranks + c->nprev && st == TDL_OK; k++) {
         int w = k < c->nranks ? c->ranks[k] : c->prev[k - c->nranks];
         if (k >= c->nranks && serve_wire_member(c->ranks, c->nranks, w))
             continue;
         st = gfc_send(&d->ctl[w], 1, d->seq[w]++, cmd, len);
+        if (st == TDL_ERR_PEER) {
+            TDL_DEBUG("request %llu: %s not sent to rank %d: %s", (unsigned long long)spec->id,
+                      serve_task_name(c->kind), w, tdl_error_get());
+            st = TDL_OK;
+        }
     }
     if (st != TDL_OK) {
         if (f->req)
@@ -163,6 +180,12 @@ int serve_dispatcher_poll(serve_dispatcher_t *d, serve_inflight_t *done, int max
         serve_inflight_t *f = &d->inflight[i];
         if (!f->active)
             continue;
+        if (f->failed) {
+            f->active = false;
+            d->ninflight--;
+            done[n++] = *f;
+            continue;
+        }
         bool fin = false;
         tdl_status_t st = gfc_request_test(f->req, &fin);
         if (!fin && st == TDL_OK)
@@ -170,24 +193,28 @@ int serve_dispatcher_poll(serve_dispatcher_t *d, serve_inflight_t *done, int max
         size_t got = st == TDL_OK ? gfc_request_received_bytes(f->req) : 0;
         gfc_request_free(f->req);
         f->req = NULL;
-        if (st == TDL_OK && f->kind == SERVE_TASK_DECODE) {
-            f->png_len = got;
-            if (!got)
-                st = tdl_error_raise(TDL_ERR_INTERNAL, "request %llu: DECODE failed on rank %d",
-                                     (unsigned long long)f->id, f->ranks[0]);
-        } else if (st == TDL_OK) {
-            int32_t ack = 0;
-            st = serve_wire_ack_decode(f->ack, got, &ack);
-            if (st != TDL_OK)
-                st = tdl_error_raise(st, "request %llu: %s: the report of rank %d: %s",
-                                     (unsigned long long)f->id, serve_task_name(f->kind),
-                                     f->ranks[0], tdl_error_get());
-            else if (ack != 0)
-                st = tdl_error_raise(TDL_ERR_INTERNAL, "request %llu: %s failed on ranks %d..%d",
-                                     (unsigned long long)f->id, serve_task_name(f->kind),
-                                     f->ranks[0], f->ranks[f->degree - 1]);
-        }
+        int32_t ack = 0;
+        if (st != TDL_OK) /* the lead is dead, or gone */
+            st = tdl_error_raise(st, "request %llu: %s on ranks %d..%d: %s",
+                                 (unsigned long long)f->id, serve_task_name(f->kind), f->ranks[0],
+                                 f->ranks[f->degree - 1], tdl_error_get());
+        else if (f->kind == SERVE_TASK_DECODE && got > SERVE_WIRE_ACK_BYTES)
+            f->png_len = got; /* a PNG is longer than an ack: a failed DECODE answers one */
+        else if ((st = serve_wire_ack_decode(f->kind == SERVE_TASK_DECODE ? f->png : f->ack, got,
+                                             &ack)) != TDL_OK)
+            st = tdl_error_raise(st, "request %llu: %s: the report of rank %d: %s",
+                                 (unsigned long long)f->id, serve_task_name(f->kind), f->ranks[0],
+                                 tdl_error_get());
+        else if (ack != 0 || f->kind == SERVE_TASK_DECODE)
+            /* a rank of the task died under it (TDL_ERR_PEER), or the task itself failed */
+            st = tdl_error_raise(ack == TDL_ERR_PEER ? TDL_ERR_PEER : TDL_ERR_INTERNAL,
+                                 "request %llu: %s failed on ranks %d..%d%s",
+                                 (unsigned long long)f->id, serve_task_name(f->kind), f->ranks[0],
+                                 f->ranks[f->degree - 1],
+                                 ack == TDL_ERR_PEER ? ": a rank it needed died" : "");
         f->status = st;
+        if (st != TDL_OK)
+            snprintf(f->why, sizeof(f->why), "%s", tdl_error_get());
         f->active = false;
         d->ninflight--;
         done[n++] = *f; /* the caller owns png now */
@@ -249,11 +276,23 @@ tdl_status_t serve_dispatcher_stop(serve_dispatcher_t *d)
     if (st != TDL_OK)
         return st;
     for (int w = 1; w <= d->nworkers; w++) {
+        if (!gfc_peer_alive(d->rt, w))
+            continue;
         tdl_status_t s = gfc_send(&d->ctl[w], 1, d->seq[w]++, cmd, len);
-        if (st == TDL_OK)
+        if (st == TDL_OK && s != TDL_ERR_PEER) /* one that died since is no error */
             st = s;
     }
     return st;
+}
+
+int serve_dispatcher_dead(serve_dispatcher_t *d, int *ranks, int max)
+{
+    return gfc_dead_ranks(d->rt, ranks, max);
+}
+
+const char *serve_dispatcher_why(const serve_dispatcher_t *d, int w)
+{
+    return gfc_peer_why(d->rt, w);
 }
 
 void serve_dispatcher_free(serve_dispatcher_t *d)

@@ -108,14 +108,22 @@ static tdl_status_t run_task(serve_worker_t *e, const serve_wire_task_t *c)
     bool in_prev = serve_wire_member(c->prev, c->nprev, me);
     held_t *h = held_find(e, c->spec.id);
     tdl_status_t st = TDL_OK;
-    if (in_prev && !h)
+    if (c->move && in_prev && !h)
         st = tdl_error_raise(TDL_ERR_INTERNAL,
                              "executor %d: request %llu: told to hand on a "
                              "state it does not hold",
                              me, (unsigned long long)c->spec.id);
+    /* a PREPARE starts the request afresh: one that starts again after a rank was lost names
+     * the ranks that shared its old state as prev, without a move, and they let go of it */
+    if (st == TDL_OK && h && c->kind == SERVE_TASK_PREPARE) {
+        held_drop(h);
+        h = NULL;
+    }
     if (st == TDL_OK && in_new && !h)
         st = held_add(e, &c->spec, &h);
     if (st == TDL_OK && c->move) { /* the old and the new ranks, together */
+        if (in_prev)
+            tdl_fault_point("serve.move");
         st = serve_traj_migrate(e->rt, me, c->prev, c->nprev, c->ranks, c->nranks,
                                 serve_wire_task_ns(SERVE_NS_MOVE, c->spec.id, c->seq), &h->t);
     }
@@ -128,6 +136,7 @@ static tdl_status_t run_task(serve_worker_t *e, const serve_wire_task_t *c)
             gfc_group_t g;
             st = gfc_group_init(&g, e->rt, c->ranks, c->nranks,
                                 serve_wire_task_ns(SERVE_NS_TASK, c->spec.id, c->seq));
+            tdl_fault_point("serve.chunk");
             if (st == TDL_OK)
                 st = serve_task_step_chunk(t, e->model, c->nranks > 1 ? &g : NULL, c->cfg_parallel,
                                            c->steps);
@@ -138,7 +147,8 @@ static tdl_status_t run_task(serve_worker_t *e, const serve_wire_task_t *c)
     return st;
 }
 
-/* The lead's report: the PNG after DECODE (empty when it failed), else an ack. */
+/* The lead's report: the PNG after DECODE, else (and when DECODE failed) an ack with the status:
+ * TDL_ERR_PEER tells rank 0 that a rank died under the task. */
 static tdl_status_t report(serve_worker_t *e, const serve_wire_task_t *c, tdl_status_t st)
 {
     gfc_group_t back;
@@ -148,8 +158,10 @@ static tdl_status_t report(serve_worker_t *e, const serve_wire_task_t *c, tdl_st
         return sst;
     if (c->kind == SERVE_TASK_DECODE) {
         held_t *h = held_find(e, c->spec.id);
-        bool ok = st == TDL_OK && h && h->t.png;
-        return gfc_send(&back, 0, c->seq, ok ? h->t.png : NULL, ok ? h->t.png_len : 0);
+        if (st == TDL_OK && h && h->t.png)
+            return gfc_send(&back, 0, c->seq, h->t.png, h->t.png_len);
+        if (st == TDL_OK)
+            st = TDL_ERR_INTERNAL;
     }
     unsigned char ack[SERVE_WIRE_ACK_BYTES];
     serve_wire_ack_encode(st == TDL_OK ? 0 : (int32_t)st, ack);

@@ -50,7 +50,7 @@ const char *serve_state_name(serve_state_t state)
 
 const char *serve_role_name(serve_role_t role)
 {
-    static const char *const names[] = {"coordinator", "serving", "training", "idle"};
+    static const char *const names[] = {"coordinator", "serving", "training", "idle", "dead"};
     return (unsigned)role < TDL_ARRAY_SIZE(names) ? names[role] : "?";
 }
 

@@ -102,6 +102,7 @@ typedef enum {
     SERVE_ROLE_SERVING,
     SERVE_ROLE_TRAINING,
     SERVE_ROLE_IDLE,
+    SERVE_ROLE_DEAD, /* declared dead by gfc: out of the pool for good */
     SERVE_ROLE_COUNT
 } serve_role_t;
 
@@ -425,18 +426,23 @@ typedef struct serve_inflight {
     int degree, ranks[SERVE_MAX_DEGREE];
     int pair[2]; /* rank list of `back` */
     bool active;
+    bool failed; /* failed as it was sent: no receive is posted */
     gfc_group_t back;
     gfc_request_t *req;
     unsigned char ack[4]; /* the report of a task other than DECODE (wire.h's ack) */
     unsigned char *png;   /* DECODE's answer (the caller frees it once returned by poll) */
     size_t png_len;
-    tdl_status_t status; /* TDL_OK: the task ran (and, after DECODE, png_len > 0) */
+    /* TDL_OK: the task ran (and, after DECODE, png_len > 0); TDL_ERR_PEER: a rank it needed
+     * is dead or gone, and the request may start again elsewhere */
+    tdl_status_t status;
+    char why[SERVE_ERROR_MAX]; /* what failed, when status is not TDL_OK */
 } serve_inflight_t;
 
 typedef struct serve_dispatcher serve_dispatcher_t;
 /* Rank 0's side for a world of `world` ranks (executors 1 .. world - 1). */
 tdl_status_t serve_dispatcher_create(gfc_runtime_t *rt, int world, serve_dispatcher_t **out);
-/* Sends a task of the request `spec` to the ranks of cmd (and those of cmd->prev). */
+/* Sends a task of the request `spec` to the ranks of cmd (and those of cmd->prev). A rank found
+ * dead on the way fails the task with TDL_ERR_PEER at the next poll, not here. */
 tdl_status_t serve_dispatch_task(serve_dispatcher_t *d, const serve_traj_spec_t *spec,
                                  const serve_task_cmd_t *cmd, void *user);
 /* Tasks started and not yet reported. */
@@ -448,7 +454,11 @@ int serve_dispatcher_poll(serve_dispatcher_t *d, serve_inflight_t *done, int max
 tdl_status_t serve_dispatcher_send(serve_dispatcher_t *d, int worker, const serve_ctl_msg_t *msg);
 /* A report from some executor, if one has arrived: its rank, bytes and length. */
 bool serve_dispatcher_poll_status(serve_dispatcher_t *d, int *worker, void *buf, size_t *len);
-/* Tells every executor to leave serve_executor_loop (after the tasks sent before). */
+/* The ranks gfc holds dead, up to max of them, and how many there are (gfc_dead_ranks). */
+int serve_dispatcher_dead(serve_dispatcher_t *d, int *ranks, int max);
+/* Why gfc holds rank w dead ("" while it is alive). */
+const char *serve_dispatcher_why(const serve_dispatcher_t *d, int w);
+/* Tells every live executor to leave serve_executor_loop (after the tasks sent before). */
 tdl_status_t serve_dispatcher_stop(serve_dispatcher_t *d);
 void serve_dispatcher_free(serve_dispatcher_t *d);
 

@@ -45,7 +45,8 @@ cluster_enter() {
 # oversubscribed only past them (TIDAL_CLUSTER_RANKS).
 cluster_mpirun() {
     cl_np=$1; shift
-    set -- -np "$cl_np" --bind-to none -x OPENBLAS_NUM_THREADS=1 -x OMP_NUM_THREADS=1 "$@"
+    set -- -np "$cl_np" --bind-to none -x OPENBLAS_NUM_THREADS=1 -x OMP_NUM_THREADS=1 \
+        ${TIDAL_MPIRUN_FLAGS:-} "$@"
     [ "$cl_np" -le "${TIDAL_CLUSTER_RANKS:-0}" ] || set -- --oversubscribe "$@"
     if [ "`id -u`" = 0 ]; then set -- --allow-run-as-root "$@"; fi
     timeout "${TIDAL_TEST_TIMEOUT:-300}" "$MPIRUN" "$@"
