@@ -1,0 +1,58 @@
+#!/bin/sh
+# A serving executor that dies does not lose a request: `tidal serve` on 4 ranks (rank 0 and 3
+# executors) under `mpirun --enable-recovery` replays a trace while TIDAL_FAULT kills one
+# executor at a step chunk (SIGKILL), or stops it there (SIGSTOP, then SIGKILL once it has been
+# declared dead). Every request answers 200 with the PNG, byte for byte, of a run without the
+# failure (a request that lost its rank starts again from its seed), and rank 0 names the dead
+# rank. static_sp1 and static_sp2 (a dead member of a sequence-parallel group).
+. "${TIDAL_BUILDDIR:-.}/tests/env.sh"
+. "$abs_top_srcdir/tests/cluster/common.sh"
+[ -d /usr/share/datasets/fashion-mnist ] || { echo "1..0 # SKIP dataset-fashion-mnist is not installed"; exit 0; }
+command -v curl >/dev/null 2>&1 || { echo "1..0 # SKIP curl is not installed"; exit 0; }
+dir=`mktemp -d`
+trap 'rm -rf "$dir"' EXIT
+export OPENBLAS_NUM_THREADS=1
+tiny_ckpt "$dir/ckpt"
+check "a tiny checkpoint to serve" [ -s "$dir/ckpt/model.h5" ]
+ids=""
+: >"$dir/trace.jsonl"
+for i in 0 1 2 3 4 5 6 7; do
+    ids="$ids r$i"
+    echo "{\"at_ms\": $((60 * i)), \"id\": \"r$i\", \"label\": $i, \"n\": 1, \"resolution\": 32, \"steps\": 8, \"sampler\": \"euler\", \"seed\": $((i + 1))}" >>"$dir/trace.jsonl"
+done
+serve="--ckpt $dir/ckpt/model.h5 --trace $dir/trace.jsonl"
+
+# stop_then_kill DIR: once rank 0 has declared the stopped rank dead, SIGKILL it
+stop_then_kill() {
+    n=0
+    while [ $n -lt 200 ] && ! grep -q "is dead (" "$1/serve.out" 2>/dev/null; do
+        sleep 0.1; n=$((n + 1))
+    done
+    for p in `ps -eo pid=,stat=,comm= | awk '$2 ~ /^T/ && $3 == "tidal" { print $1 }'`; do
+        kill -KILL $p
+    done
+}
+
+for sp in 1 2; do
+    mkdir "$dir/ref$sp"
+    cluster_serve4 "$dir/ref$sp" "$ids" $serve --sp $sp >/dev/null 2>&1
+    check "sp$sp: without a failure, 8 requests answer 200" [ "`grep -c ' 200$' "$dir/ref$sp/codes"`" = 8 ]
+    # rank 1 takes the first free task: it runs chunks in both layouts
+    for how in KILL STOP; do
+        w="$dir/$how$sp"
+        mkdir "$w"
+        [ $how = STOP ] && (stop_then_kill "$w" &)
+        TIDAL_MPIRUN_FLAGS="--enable-recovery" TIDAL_FAULT="serve.chunk:1:3:$how" \
+            cluster_serve4 "$w" "$ids" $serve --sp $sp >/dev/null 2>&1
+        check "sp$sp, SIG$how of rank 1 at its 3rd chunk: it happened" \
+            grep -q "TIDAL_FAULT: SIG$how at serve.chunk" "$w/serve.out"
+        check "sp$sp, SIG$how: rank 0 declared rank 1 dead and took it out of the pool" \
+            grep -q "rank 1 is dead (.*): it leaves the pool, 2 of 3 executors are left" "$w/serve.out"
+        check "sp$sp, SIG$how: every request answered 200" [ "`grep -c ' 200$' "$w/codes"`" = 8 ]
+        same=yes
+        for id in $ids; do cmp -s "$dir/ref$sp/$id.png" "$w/$id.png" || same=no; done
+        check "sp$sp, SIG$how: every PNG is byte for byte the one of the run without a failure" [ $same = yes ]
+        [ $same = yes ] || grep -E "warn|error" "$w/serve.out" | head -n 20 | sed 's/^/# /'
+    done
+done
+done_testing
