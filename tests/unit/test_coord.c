@@ -448,8 +448,14 @@ static void test_slo_first_return(void)
     void *state = NULL;
     if (!ok(ops->create(&o, &state) == TDL_OK, "slo_first is created"))
         return;
-    coord_realloc_view_t v = {.now = 10, .workers = 8, .serving = 1, .min_train = 1,
-                              .training = true, .waiting = 0, .running = 0, .backlog_s = 60};
+    coord_realloc_view_t v = {.now = 10,
+                              .workers = 8,
+                              .serving = 1,
+                              .min_train = 1,
+                              .training = true,
+                              .waiting = 0,
+                              .running = 0,
+                              .backlog_s = 60};
     is_int(ops->decide(state, &v), 7, "a backlog of 60 single-rank s to clear in 2 s: 7 serve");
     v.serving = 7, v.backlog_s = 4, v.running = 1, v.now = 11;
     is_int(ops->decide(state, &v), 7, "the backlog shrinks to 2 ranks' worth: none goes back yet");
@@ -464,10 +470,82 @@ static void test_slo_first_return(void)
     ops->destroy(state);
 }
 
+/* A rank dies: its running request starts again on the other rank, a request whose state it
+ * held starts again at once, and a policy that no longer fits fails its requests. By hand, on
+ * static_sp1 over 2 executors (world ranks 1 and 2; the policy takes the lowest free). */
+static void test_rank_lost(void)
+{
+    coord_t *c = serving(2, "static_sp1");
+    got_t g[8];
+    double t = 0;
+    serve_request_params_t p = req(-1, 1, 1, 3, 0);
+    coord_request_arrive(c, 0, &p, NULL); /* request 0: PREPARE on 1 */
+    coord_request_arrive(c, 0, &p, NULL); /* request 1: PREPARE on 2 */
+    int n = take(c, g, 8);
+    ok(n == 2 && g[0].ranks[0] == 1 && g[1].ranks[0] == 2, "two PREPAREs, on ranks 1 and 2");
+    coord_task_finished(c, 0.001, 0, true, NULL, 0); /* request 0: a chunk on 1 */
+    n = take(c, g, 8);
+    ok(n == 1 && g[0].cmd.task.kind == SERVE_TASK_STEP_CHUNK && g[0].ranks[0] == 1,
+       "request 0 steps on rank 1");
+    coord_task_finished(c, 0.002, 1, true, NULL, 0); /* request 1: a chunk on 2 */
+    take(c, g, 8);
+    coord_task_finished(c, 0.003, 1, true, NULL, 0); /* and again */
+    n = take(c, g, 8);
+    ok(n == 1 && g[0].cmd.request == 1 && g[0].ranks[0] == 2, "request 1 steps on rank 2");
+    is_int(coord_rank_lost(c, 0.004, 1, "killed"), TDL_OK, "rank 1 dies under request 0's chunk");
+    is_int(coord_rank_lost(c, 0.004, 1, "killed"), TDL_OK, "told twice, nothing changes");
+    is_int(take(c, g, 8), 0, "nothing is placed while rank 2 is busy");
+    int ranks[SERVE_ROLE_COUNT];
+    coord_roles(c, ranks);
+    ok(ranks[SERVE_ROLE_DEAD] == 1 && ranks[SERVE_ROLE_SERVING] == 1, "1 dead, 1 serving");
+    is_int(coord_task_lost(c, 0.005, 0), TDL_OK, "request 0's chunk fails for the dead rank");
+    is_int(take(c, g, 8), 0, "it waits: rank 2 is busy");
+    coord_task_finished(c, 0.006, 1, true, NULL, 0);
+    n = take(c, g, 8);
+    /* first come first served: request 0 (arrived first) starts again on rank 2 */
+    ok(n == 1 && g[0].cmd.request == 0 && g[0].cmd.task.kind == SERVE_TASK_PREPARE &&
+           g[0].ranks[0] == 2 && g[0].cmd.task.nprev == 0 && !g[0].cmd.task.move,
+       "request 0 starts again: PREPARE on rank 2, nothing to move from the dead rank");
+    /* request 0 to its answer on rank 2; request 1 (its state on rank 2) goes on there after */
+    t = 0.006;
+    int tasks = 0;
+    bool answered = false, have1 = false;
+    got_t next1 = {0};
+    while (!answered && tasks < 20) {
+        tasks++;
+        t += 0.001;
+        coord_task_finished(c, t, 0, true, NULL, 0);
+        n = take(c, g, 8);
+        for (int i = 0; i < n; i++)
+            if (g[i].cmd.kind == COORD_CMD_ANSWER && g[i].cmd.request == 0)
+                answered = g[i].cmd.ok;
+            else if (g[i].cmd.request == 1)
+                next1 = g[i], have1 = true;
+    }
+    ok(answered && tasks == 5, "request 0 is answered after 5 tasks (PREPARE, 3 chunks, DECODE)");
+    ok(have1 && next1.cmd.task.kind == SERVE_TASK_STEP_CHUNK && next1.ranks[0] == 2 &&
+           !next1.cmd.task.move,
+       "request 1 takes its last chunk on rank 2, where its state is: no restart, no move");
+    coord_stats_t k;
+    coord_stats_get(c, &k);
+    ok(k.restarts == 1 && k.lost == 1, "1 restart, 1 rank lost (%ld, %d)", k.restarts, k.lost);
+    /* rank 2 dies too: nothing can place request 1 any more, and it fails saying so */
+    coord_rank_lost(c, t, 2, "stopped");
+    coord_task_lost(c, t, 1);
+    coord_tick(c, t, 0);
+    n = take(c, g, 8);
+    ok(n == 1 && g[0].cmd.kind == COORD_CMD_ANSWER && !g[0].cmd.ok &&
+           strstr(g[0].text, "executors left alive"),
+       "with no executor left the request fails: %s", n ? g[0].text : "");
+    is_int(coord_live(c), 0, "and nothing is live");
+    coord_free(c);
+}
+
 int main(void)
 {
     test_request();
     test_failure_and_deadline();
+    test_rank_lost();
     test_burst();
     test_slo_first_return();
     test_allocation_failures();
