@@ -258,10 +258,10 @@ int cli_serve_main(tdl_params_t *params, const char *what, const cli_colocate_t 
         }
         /* everyone ready, or everyone leaves */
         int64_t bad = rc != CLI_EXIT_OK;
-        if (tdl_boot_allreduce_sum_i64(&bad) != TDL_OK || bad)
+        up = tdl_boot_allreduce_sum_i64(&bad) == TDL_OK && !bad;
+        if (!up)
             rc = rc != CLI_EXIT_OK ? rc : CLI_EXIT_FAILURE;
-        else if ((up = true) && me.rank == 0 &&
-                 (st = serve_dispatcher_create(rt, me.size, &d)) != TDL_OK) {
+        else if (me.rank == 0 && (st = serve_dispatcher_create(rt, me.size, &d)) != TDL_OK) {
             fprintf(stderr, "tidal: serve: %s\n", tdl_error_get());
             rc = CLI_EXIT_FAILURE;
         }

@@ -113,7 +113,7 @@ typedef struct rank0 {
     coord_colocate_t *coloc;
     FILE *log;
     double t0;
-    int dead_seen; /* ranks gfc held dead at the last look */
+    int dead_seen; /* gfc's count of deaths at the last look */
 } rank0_t;
 
 static double now_of(const rank0_t *r)
@@ -181,11 +181,12 @@ static tdl_status_t take_commands(rank0_t *r)
 /* Ranks gfc declared dead since the last look leave the coordinator's pool. */
 static tdl_status_t note_deaths(rank0_t *r)
 {
+    int count = serve_dispatcher_dead_count(r->d); /* cheap: one atomic read per turn */
+    if (count == r->dead_seen)
+        return TDL_OK;
+    r->dead_seen = count;
     int dead[SERVE_WIRE_MAX_WORKERS + 1];
     int n = serve_dispatcher_dead(r->d, dead, (int)TDL_ARRAY_SIZE(dead));
-    if (n == r->dead_seen)
-        return TDL_OK;
-    r->dead_seen = n;
     tdl_status_t st = TDL_OK;
     for (int i = 0; i < n && i < (int)TDL_ARRAY_SIZE(dead) && st == TDL_OK; i++)
         st = coord_rank_lost(r->co, now_of(r), dead[i], serve_dispatcher_why(r->d, dead[i]));

@@ -290,6 +290,11 @@ int serve_dispatcher_dead(serve_dispatcher_t *d, int *ranks, int max)
     return gfc_dead_ranks(d->rt, ranks, max);
 }
 
+int serve_dispatcher_dead_count(serve_dispatcher_t *d)
+{
+    return gfc_runtime_dead_count(d->rt);
+}
+
 const char *serve_dispatcher_why(const serve_dispatcher_t *d, int w)
 {
     return gfc_peer_why(d->rt, w);

@@ -456,6 +456,8 @@ tdl_status_t serve_dispatcher_send(serve_dispatcher_t *d, int worker, const serv
 bool serve_dispatcher_poll_status(serve_dispatcher_t *d, int *worker, void *buf, size_t *len);
 /* The ranks gfc holds dead, up to max of them, and how many there are (gfc_dead_ranks). */
 int serve_dispatcher_dead(serve_dispatcher_t *d, int *ranks, int max);
+/* How many ranks gfc has declared dead: one atomic read, to poll for a change. */
+int serve_dispatcher_dead_count(serve_dispatcher_t *d);
 /* Why gfc holds rank w dead ("" while it is alive). */
 const char *serve_dispatcher_why(const serve_dispatcher_t *d, int w);
 /* Tells every live executor to leave serve_executor_loop (after the tasks sent before). */

@@ -22,13 +22,14 @@ for i in 0 1 2 3 4 5 6 7; do
 done
 serve="--ckpt $dir/ckpt/model.h5 --trace $dir/trace.jsonl"
 
-# stop_then_kill DIR: once rank 0 has declared the stopped rank dead, SIGKILL it
+# stop_then_kill DIR: once rank 0 has declared the stopped rank dead, SIGKILL it (a stopped
+# process of this test's serve: its arguments name this test's folder)
 stop_then_kill() {
     n=0
     while [ $n -lt 200 ] && ! grep -q "is dead (" "$1/serve.out" 2>/dev/null; do
         sleep 0.1; n=$((n + 1))
     done
-    for p in `ps -eo pid=,stat=,comm= | awk '$2 ~ /^T/ && $3 == "tidal" { print $1 }'`; do
+    for p in `ps -eo pid=,stat=,args= | awk -v d="$dir/ckpt" '$2 ~ /^T/ && index($0, d) { print $1 }'`; do
         kill -KILL $p
     done
 }
