@@ -133,12 +133,13 @@ static int train_run(tdl_params_t *params, int npos, char **pos)
     }
     if (st != TDL_OK)
         fprintf(stderr, "tidal[%d]: train: %s\n", me.rank, tdl_error_get());
-    if (rt) {
-        tdl_boot_barrier();
+    int rc = st == TDL_OK ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
+    if (rt) { /* over gfc, which passes over dead ranks, where an MPI barrier would hang */
+        rc = gfc_verdict(rt, rc);
         gfc_runtime_destroy(rt);
     }
     tdl_boot_finalize();
-    return st == TDL_OK ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
+    return rc;
 }
 
 const cli_command_t cli_cmd_train = {

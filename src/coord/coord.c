@@ -73,6 +73,11 @@ struct coord {
     double loss;
     char latest[sizeof(((serve_wire_report_t *)0)->path)];
     int moves_to_serve, moves_to_train;
+    /* a regroup after a training member died: who has reported FAILED, and its steps done */
+    bool regrouping, orphaned;
+    bool failed[SERVE_WIRE_MAX_WORKERS + 1];
+    int64_t failed_step[SERVE_WIRE_MAX_WORKERS + 1];
+    int regroups;
 };
 
 static bool guided(const serve_traj_spec_t *s)
@@ -500,6 +505,67 @@ static tdl_status_t rank_left(coord_t *c, int w, double now)
     return st == TDL_OK ? coord_sched_kick(c->sched, now) : st;
 }
 
+static bool in_members(const serve_wire_members_t *m, int w)
+{
+    for (uint32_t i = 0; i < m->n; i++)
+        if (m->ranks[i] == w)
+            return true;
+    return false;
+}
+
+/* Once every live member of the membership has reported its group failed: the survivors train
+ * on together from the state of the one that got furthest. */
+static tdl_status_t try_regroup(coord_t *c, double now)
+{
+    if (!c->regrouping)
+        return TDL_OK;
+    serve_wire_members_t next = {.epoch = c->m.epoch + 1, .root = -1};
+    int64_t best = -1;
+    char lost[256] = "";
+    size_t used = 0;
+    for (uint32_t i = 0; i < c->m.n; i++) {
+        int w = c->m.ranks[i];
+        if (c->role[w] == ROLE_LOST) {
+            used += (size_t)snprintf(lost + used, used < sizeof(lost) ? sizeof(lost) - used : 0,
+                                     "%s%d", used ? ", " : "", w);
+            continue;
+        }
+        if (!c->failed[w])
+            return TDL_OK; /* its report is still to come */
+        next.ranks[next.n++] = (uint16_t)w;
+        if (c->failed_step[w] > best)
+            best = c->failed_step[w], next.root = w;
+    }
+    c->regrouping = false;
+    for (int w = 1; w <= c->cfg.workers && w <= SERVE_WIRE_MAX_WORKERS; w++)
+        c->failed[w] = false;
+    if (next.n == 0) {
+        c->orphaned = true;
+        c->m.n = 0;
+        TDL_WARN("training lost every member (ranks %s): it stands still; serving goes on, and "
+                 "training resumes from %s at the next start",
+                 lost, c->latest[0] ? c->latest : "its start (no checkpoint yet)");
+        return TDL_OK;
+    }
+    /* moves to training become members; moves to serving still report when they leave */
+    c->pending = 0;
+    for (int w = 1; w <= c->cfg.workers && w <= SERVE_WIRE_MAX_WORKERS; w++)
+        c->pending += c->role[w] == ROLE_TO_SERVE;
+    c->flight_open = false;
+    c->m = next;
+    c->regroups++;
+    TDL_WARN("training lost ranks %s: %u members go on from step %lld, the state of rank %d",
+             lost[0] ? lost : "(none)", next.n, (long long)best, next.root);
+    (void)now;
+    for (uint32_t i = 0; i < next.n; i++) {
+        c->role[next.ranks[i]] = ROLE_TRAIN;
+        tdl_status_t st = send_members(c, next.ranks[i], COORD_CMD_RECOVER, &next);
+        if (st != TDL_OK)
+            return st;
+    }
+    return TDL_OK;
+}
+
 tdl_status_t coord_rank_lost(coord_t *c, double now, int w, const char *why)
 {
     if (w < 1 || w > c->cfg.workers)
@@ -511,6 +577,8 @@ tdl_status_t coord_rank_lost(coord_t *c, double now, int w, const char *why)
         if (role == ROLE_TO_SERVE || role == ROLE_TO_TRAIN) /* its report will not come */
             c->pending--;
         c->role[w] = ROLE_LOST;
+        if (c->cfg.realloc && in_members(&c->m, w) && !c->done)
+            c->regrouping = true; /* the survivors' reports are on their way */
     }
     coord_sched_stats_t k;
     coord_sched_get_stats(c->sched, &k);
@@ -521,7 +589,7 @@ tdl_status_t coord_rank_lost(coord_t *c, double now, int w, const char *why)
              "waiting requests whose state it held start again",
              w, why && *why ? why : "declared by gfc", c->cfg.workers - k.lost, c->cfg.workers,
              k.restarts - before);
-    return st;
+    return st == TDL_OK ? try_regroup(c, now) : st;
 }
 
 tdl_status_t coord_report(coord_t *c, double now, int w, const serve_wire_report_t *r)
@@ -581,6 +649,21 @@ tdl_status_t coord_report(coord_t *c, double now, int w, const serve_wire_report
     case SERVE_REPORT_ERROR:
         return tdl_error_raise(TDL_ERR_PEER, "rank %d failed: %.*s", w, (int)sizeof(r->path) - 1,
                                r->path);
+    case SERVE_REPORT_FAILED:
+        TDL_INFO("rank %d: its training group (epoch %d) failed after %lld steps: %.*s", w,
+                 r->members, (long long)r->step, (int)sizeof(r->path) - 1, r->path);
+        if (c->role[w] == ROLE_TO_SERVE || !in_members(&c->m, w) || c->done) {
+            /* it was leaving (or training is over): it goes to serve, as it would have */
+            coord_pending_t *p;
+            tdl_status_t st = push(c, &p);
+            if (st == TDL_OK)
+                p->cmd = (coord_cmd_t){.kind = COORD_CMD_LEAVE, .worker = w};
+            return st;
+        }
+        c->regrouping = true;
+        c->failed[w] = true;
+        c->failed_step[w] = r->step;
+        return try_regroup(c, now);
     default:
         return tdl_error_raise(TDL_ERR_CORRUPT, "rank %d sent a report of kind %u", w, r->kind);
     }
@@ -607,16 +690,18 @@ tdl_status_t coord_tick(coord_t *c, double now, int queued)
                                    coord_sched_policy_name(c->sched), live);
         return TDL_OK;
     }
-    if (c->pending > 0 || now - c->last_decide < 0.02 || c->done)
+    if (c->pending > 0 || c->regrouping || c->orphaned || now - c->last_decide < 0.02 || c->done)
         return TDL_OK;
     c->last_decide = now;
-    int serving = 0;
-    for (int k = 1; k <= c->cfg.workers; k++)
+    int serving = 0, lost = 0;
+    for (int k = 1; k <= c->cfg.workers; k++) {
         serving += c->role[k] == ROLE_SERVE || c->role[k] == ROLE_TO_SERVE;
+        lost += c->role[k] == ROLE_LOST;
+    }
     int at_risk = 0;
     coord_sched_backlog_s(c->sched, now, &at_risk);
     coord_realloc_view_t v = {.now = now,
-                              .workers = c->cfg.workers,
+                              .workers = c->cfg.workers - lost, /* the live ones */
                               .serving = serving,
                               .min_train = c->cfg.min_train,
                               .min_serve = c->cfg.min_serve,
@@ -673,7 +758,9 @@ void coord_training_get(const coord_t *c, coord_training_t *out)
                               .serving = ranks[SERVE_ROLE_SERVING],
                               .training = ranks[SERVE_ROLE_TRAINING],
                               .moves_to_serve = c->moves_to_serve,
-                              .moves_to_train = c->moves_to_train};
+                              .moves_to_train = c->moves_to_train,
+                              .regroups = c->regroups,
+                              .orphaned = c->orphaned};
 }
 
 static int cmp_double(const void *a, const void *b)

@@ -40,7 +40,9 @@ typedef enum {
     COORD_CMD_ANSWER,   /* a request finished: done (with the result) or failed (why) */
     COORD_CMD_RESIZE,   /* to training's leader: the membership after the current step */
     COORD_CMD_JOIN,     /* to a serving worker: join training with this membership */
-    COORD_CMD_RELOAD    /* to a serving worker: serve the weights of this checkpoint */
+    COORD_CMD_RELOAD,   /* to a serving worker: serve the weights of this checkpoint */
+    COORD_CMD_RECOVER,  /* to a member whose group lost a rank: train on in this membership */
+    COORD_CMD_LEAVE     /* to a member whose group lost a rank: leave training and serve */
 } coord_cmd_kind_t;
 
 /* A command; pointers in it stay valid until the next coord_command_next. */
@@ -48,7 +50,7 @@ typedef struct coord_cmd {
     coord_cmd_kind_t kind;
     uint64_t request; /* TASK, ANSWER: the request's number (0, 1, ... in order of arrival) */
     void *handle;     /* TASK, ANSWER: the caller's handle, as it gave it at arrival */
-    int worker;       /* RESIZE, JOIN, RELOAD: the world rank it goes to */
+    int worker;       /* RESIZE, JOIN, RELOAD, RECOVER, LEAVE: the world rank it goes to */
     /* TASK: the request, and the task as executors take it (world ranks) */
     const serve_traj_spec_t *spec;
     serve_task_cmd_t task;
@@ -59,7 +61,7 @@ typedef struct coord_cmd {
     void *result; /* what coord_task_finished passed with the DECODE (the PNG) */
     size_t result_len;
     const char *why; /* of a failure */
-    /* RESIZE, JOIN */
+    /* RESIZE, JOIN, RECOVER */
     serve_wire_members_t members;
     /* RELOAD */
     const char *path;
@@ -75,6 +77,8 @@ typedef struct coord_training {
     const char *latest;       /* the last checkpoint ("" before one) */
     int serving, training;    /* ranks in each role now (moving ones excluded) */
     int moves_to_serve, moves_to_train;
+    int regroups;             /* times training went on without members that died */
+    bool orphaned;            /* every training member died: training stands still */
 } coord_training_t;
 
 /* Moves to serving, timed from the decision to the rank's report that it serves. */
@@ -117,7 +121,10 @@ tdl_status_t coord_task_finished(coord_t *c, double now, uint64_t request, bool 
 tdl_status_t coord_task_lost(coord_t *c, double now, uint64_t request);
 /* World rank `worker` is dead (gfc declared it; why: its reason): it leaves the pool for good,
  * and the waiting requests whose state it held start again from PREPARE. Its running task, if
- * any, fails on its own (coord_task_lost). Telling it twice changes nothing. */
+ * any, fails on its own (coord_task_lost). A training member's death starts a regroup: once
+ * every live member has reported SERVE_REPORT_FAILED, each gets a RECOVER naming them all, the
+ * state from the one with the most steps done (a member that was leaving gets a LEAVE as soon as
+ * it reports); no resize is decided meanwhile. Telling it twice changes nothing. */
 tdl_status_t coord_rank_lost(coord_t *c, double now, int worker, const char *why);
 /* A report of worker `worker` (world rank). A worker's error report is TDL_ERR_PEER naming it. */
 tdl_status_t coord_report(coord_t *c, double now, int worker, const serve_wire_report_t *r);

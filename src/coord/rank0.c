@@ -162,10 +162,17 @@ static tdl_status_t take_commands(rank0_t *r)
             break;
         case COORD_CMD_RESIZE:
         case COORD_CMD_JOIN:
-            s = serve_wire_members_encode(
-                cmd->kind == COORD_CMD_JOIN ? SERVE_OP_JOIN : SERVE_OP_RESIZE, &cmd->members, &msg);
+        case COORD_CMD_RECOVER:
+            s = serve_wire_members_encode(cmd->kind == COORD_CMD_JOIN      ? SERVE_OP_JOIN
+                                          : cmd->kind == COORD_CMD_RESIZE ? SERVE_OP_RESIZE
+                                                                          : SERVE_OP_RECOVER,
+                                          &cmd->members, &msg);
             if (s == TDL_OK)
                 s = serve_dispatcher_send(r->d, cmd->worker, &msg);
+            break;
+        case COORD_CMD_LEAVE:
+            msg = (serve_ctl_msg_t){.op = SERVE_OP_LEAVE, .len = 0};
+            s = serve_dispatcher_send(r->d, cmd->worker, &msg);
             break;
         case COORD_CMD_RELOAD:
             if ((s = serve_wire_reload_encode(cmd->path, &msg)) == TDL_OK)

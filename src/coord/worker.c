@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "coord/job.h"
 #include "train/elastic.h"
@@ -13,6 +14,7 @@
 typedef struct worker {
     const coord_worker_opts_t *o;
     serve_worker_t *w;
+    gfc_runtime_t *rt;
     int me, world;
 } worker_t;
 
@@ -82,6 +84,49 @@ static tdl_status_t on_poll(void *user, train_elastic_decision_t *dec)
     return members_decode(k, &msg, &dec->next);
 }
 
+/* A member whose group lost a rank: it says where it stands, and waits for rank 0's word (the
+ * survivors' membership, a LEAVE or a STOP). A RESIZE sent before the failure is void. */
+static tdl_status_t on_recover(void *user, int64_t steps_done, const train_members_t *failed,
+                               const char *why, train_elastic_decision_t *dec)
+{
+    worker_t *k = user;
+    char cut[sizeof(((serve_wire_report_t *)0)->path)];
+    snprintf(cut, sizeof(cut), "%s", why); /* cut to fit */
+    tdl_status_t st = report(k, SERVE_REPORT_FAILED, steps_done, NAN, (int)failed->epoch, cut);
+    while (st == TDL_OK) {
+        bool got = false;
+        serve_ctl_msg_t msg;
+        if ((st = serve_worker_poll(k->w, &got, &msg)) != TDL_OK)
+            break;
+        if (!got) {
+            if (!gfc_peer_alive(k->rt, 0))
+                return tdl_error_raise(TDL_ERR_PEER, "rank %d (training): rank 0 died (%s)",
+                                       k->me, gfc_peer_why(k->rt, 0));
+            usleep(500);
+            continue;
+        }
+        if (msg.op == SERVE_OP_STOP) {
+            dec->op = TRAIN_ELASTIC_STOP;
+            return TDL_OK;
+        }
+        if (msg.op == SERVE_OP_LEAVE) {
+            dec->op = TRAIN_ELASTIC_RESIZE;
+            dec->next = (train_members_t){.n = 0, .root = -1};
+            return TDL_OK;
+        }
+        if (msg.op == SERVE_OP_RECOVER) {
+            dec->op = TRAIN_ELASTIC_RESIZE;
+            return members_decode(k, &msg, &dec->next);
+        }
+        if (msg.op != SERVE_OP_RESIZE)
+            return tdl_error_raise(TDL_ERR_INTERNAL,
+                                   "rank %d (training, regrouping): command %u from rank 0 it "
+                                   "cannot take",
+                                   k->me, msg.op);
+    }
+    return st;
+}
+
 /* Serving starts from the training run's EMA weights, until a checkpoint replaces them. */
 static void serve_weights_from(dit_model_t *serve, train_trainer_t *tr)
 {
@@ -105,7 +150,7 @@ static tdl_status_t reload(dit_model_t *serve, const char *path)
 tdl_status_t coord_worker_run(const coord_worker_opts_t *o, gfc_runtime_t *rt, int me, int world,
                               dit_model_t *serve_model)
 {
-    worker_t k = {.o = o, .me = me, .world = world};
+    worker_t k = {.o = o, .rt = rt, .me = me, .world = world};
     train_trainer_t *tr = NULL;
     tdl_status_t st = serve_worker_create(rt, me, serve_model, &k.w);
     if (st == TDL_OK)
@@ -127,7 +172,8 @@ tdl_status_t coord_worker_run(const coord_worker_opts_t *o, gfc_runtime_t *rt, i
                                .ckpt_every = o->ckpt_every,
                                .keep = o->keep,
                                .ckpt_dir = o->ckpt_dir};
-    train_elastic_ops_t ops = {.user = &k, .report = on_event, .poll = on_poll};
+    train_elastic_ops_t ops = {
+        .user = &k, .report = on_event, .poll = on_poll, .recover = on_recover};
     /* everyone trains at first */
     train_members_t mem = {.epoch = 0, .n = (uint32_t)(world - 1), .root = 1};
     for (int r = 1; r < world; r++)

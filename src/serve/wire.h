@@ -68,6 +68,8 @@ static inline bool serve_wire_member(const int *ranks, int n, int r)
 #define SERVE_OP_RESIZE 10 /* to training's leader: the membership after the current step */
 #define SERVE_OP_JOIN   11 /* to a serving worker: join training in this membership */
 #define SERVE_OP_RELOAD 12 /* to a serving worker: serve the weights of this checkpoint */
+#define SERVE_OP_RECOVER 13 /* to a member whose group lost a rank: train on in this membership */
+#define SERVE_OP_LEAVE   14 /* to a member whose group lost a rank: leave training, serve (no data) */
 
 #define SERVE_WIRE_MAX_WORKERS 112
 
@@ -88,6 +90,8 @@ typedef enum {
     SERVE_REPORT_DONE,     /* training ran its last step */
     SERVE_REPORT_ERROR,    /* this rank failed: `path` says why */
     SERVE_REPORT_RESUMED,  /* training resumed `path` at `step` */
+    SERVE_REPORT_FAILED,   /* this member's group lost a rank: it has done `step` steps, in the
+                            * membership of epoch `members`; `path` says why */
     SERVE_REPORT_KINDS
 } serve_report_kind_t;
 
@@ -101,10 +105,10 @@ typedef struct serve_wire_report {
     char path[200]; /* a NUL-terminated text */
 } serve_wire_report_t;
 
-/* A RESIZE or JOIN (op) carrying m; TDL_ERR_INVALID_ARG when m has no member or too many. */
+/* A RESIZE, JOIN or RECOVER (op) carrying m; TDL_ERR_INVALID_ARG when m has no member or too many. */
 tdl_status_t serve_wire_members_encode(uint32_t op, const serve_wire_members_t *m,
                                        serve_ctl_msg_t *msg);
-/* The membership of a RESIZE or JOIN in a world of `world` ranks: 1 .. world - 1 distinct
+/* The membership of a RESIZE, JOIN or RECOVER in a world of `world` ranks: 1 .. world - 1 distinct
  * workers, the root among them. TDL_ERR_CORRUPT names what is wrong; *m_out is left alone. */
 tdl_status_t serve_wire_members_decode(const serve_ctl_msg_t *msg, int world,
                                        serve_wire_members_t *m_out);

@@ -74,6 +74,7 @@ static tdl_status_t hook_encode(void *ctx, const gfc_codec_hop_t *hop, const flo
 {
     train_codec_t *t = ctx;
     codec_where_t w;
+    tdl_fault_point("train.encode"); /* a hop of the all-reduce, for the failure tests */
     where_of(t, hop, &w);
     tdl_status_t st = t->codec->ops->encode(t->codec->cfg, &w, in, n, out, out_bytes);
     return st ? st : feed_back(t, hop, in, out, *out_bytes, n);
@@ -91,6 +92,7 @@ static tdl_status_t hook_dae(void *ctx, const gfc_codec_hop_t *hop, const void *
 {
     train_codec_t *t = ctx;
     codec_where_t w;
+    tdl_fault_point("train.encode");
     where_of(t, hop, &w);
     tdl_status_t st = t->codec->ops->decode_accumulate_encode(t->codec->cfg, &w, in, in_bytes,
                                                               local, n, out, out_bytes);

@@ -8,6 +8,8 @@
 #include "train/train.h"
 
 #define TRAIN_NS_ELASTIC 0x72756e747261696eull /* "runtrain" */
+#define TRAIN_NS_REGROUP 0x726567726f757021ull /* "regroup!" */
+#define REGROUP_TRIES    64
 
 static bool is_member(const train_members_t *m, int r)
 {
@@ -50,6 +52,35 @@ static tdl_status_t lead(train_trainer_t *tr, const train_elastic_opts_t *o,
         st = ops->report(ops->user, TRAIN_EVENT_DONE, step, NAN, members, NULL);
     }
     return st;
+}
+
+bool train_elastic_recoverable(gfc_runtime_t *rt, tdl_status_t st)
+{
+    return (st == TDL_ERR_PEER || st == TDL_ERR_TIMEOUT) && gfc_runtime_fenced_by(rt) < 0;
+}
+
+/* A decision the coordinator took after a failure, as this rank acts on it: *left when it is
+ * not in the new membership, *stop for STOP, else *mem is the new one. */
+static tdl_status_t take_recovery(const train_elastic_ops_t *ops, int me, int64_t step,
+                                  const train_elastic_decision_t *dec, train_members_t *mem,
+                                  bool *left, bool *stop)
+{
+    if (dec->op == TRAIN_ELASTIC_STOP) {
+        *stop = true;
+        return TDL_OK;
+    }
+    if (dec->op != TRAIN_ELASTIC_RESIZE || dec->next.n > TRAIN_MEMBERS_MAX ||
+        (dec->next.n > 0 && index_of(&dec->next, dec->next.root) < 0))
+        return tdl_error_raise(TDL_ERR_CORRUPT,
+                               "rank %d (training): a recovery it cannot take (op %u, %u members)",
+                               me, dec->op, dec->next.n);
+    if (!is_member(&dec->next, me)) {
+        TDL_INFO("leaves training after a member died, at step %lld", (long long)step);
+        *left = true;
+        return ops->report(ops->user, TRAIN_EVENT_LEFT, step, NAN, 0, NULL);
+    }
+    *mem = dec->next;
+    return TDL_OK;
 }
 
 tdl_status_t train_elastic_run(train_trainer_t *tr, gfc_runtime_t *rt, int me,
@@ -106,7 +137,59 @@ tdl_status_t train_elastic_run(train_trainer_t *tr, gfc_runtime_t *rt, int me,
             sync = grows;
             break;
         }
-        if (st != TDL_OK)
+        if (st == TDL_OK)
+            continue;
+        if (!ops->recover || !train_elastic_recoverable(rt, st))
             return st;
+        /* a member died: the coordinator names the survivors, who redo the failed step */
+        char why[256];
+        snprintf(why, sizeof(why), "%s", tdl_error_get());
+        int64_t step = train_trainer_steps_done(tr);
+        TDL_WARN("rank %d: training at step %lld lost a member (%s); waiting for the "
+                 "coordinator's word",
+                 me, (long long)step, why);
+        train_trainer_drop_residual(tr);
+        train_elastic_decision_t dec = {.op = TRAIN_ELASTIC_GO_ON};
+        if ((st = ops->recover(ops->user, step, mem, why, &dec)) != TDL_OK ||
+            (st = take_recovery(ops, me, step, &dec, mem, left, stop)) != TDL_OK || *left ||
+            *stop)
+            return st;
+        sync = true;
     }
+}
+
+tdl_status_t train_elastic_regroup(train_trainer_t *tr, gfc_runtime_t *rt, int me, int needed,
+                                   train_members_t *mem, gfc_group_t *g)
+{
+    train_trainer_drop_residual(tr);
+    const train_members_t old = *mem;
+    uint32_t tried_n = 0;
+    tdl_status_t st = TDL_OK;
+    for (int attempt = 1; attempt <= REGROUP_TRIES; attempt++) {
+        if (needed >= 0 && needed != me && !gfc_peer_alive(rt, needed))
+            return tdl_error_raise(TDL_ERR_PEER, "rank %d is dead (%s)", needed,
+                                   gfc_peer_why(rt, needed));
+        mem->n = 0, mem->epoch = old.epoch + (uint32_t)attempt;
+        for (uint32_t i = 0; i < old.n; i++)
+            if (old.ranks[i] == me || gfc_peer_alive(rt, old.ranks[i]))
+                mem->ranks[mem->n++] = old.ranks[i];
+        if (mem->n == tried_n) /* no one else died since the last try: its failure was not a death */
+            break;
+        tried_n = mem->n;
+        /* one number says both: the most steps done, and among those the first member */
+        int64_t key = train_trainer_steps_done(tr) * 1024 + (1023 - index_of(mem, me)), best = 0;
+        if ((st = gfc_group_init(g, rt, mem->ranks, (int)mem->n,
+                                 TRAIN_NS_REGROUP ^ mem->epoch)) == TDL_OK &&
+            (st = gfc_allreduce(g, &key, &best, 1, GFC_DT_I64, GFC_OP_MAX, NULL)) == TDL_OK &&
+            (st = train_trainer_sync(tr, g, (int)(1023 - best % 1024))) == TDL_OK) {
+            mem->root = mem->ranks[1023 - best % 1024];
+            return TDL_OK;
+        }
+        if (!train_elastic_recoverable(rt, st))
+            return st;
+        TDL_INFO("regroup of %u survivors failed (%s): again", mem->n, tdl_error_get());
+    }
+    return tdl_error_raise(st == TDL_OK ? TDL_ERR_TIMEOUT : st,
+                           "training could not regroup its %u survivors: %s", tried_n,
+                           tdl_error_get());
 }

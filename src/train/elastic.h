@@ -50,6 +50,13 @@ typedef struct train_elastic_ops {
                            const char *path);
     /* The leader after each step: the coordinator's word, GO_ON when it said nothing. */
     tdl_status_t (*poll)(void *user, train_elastic_decision_t *out);
+    /* Every member whose group failed because a member died (gfc's TDL_ERR_PEER or a timeout):
+     * it tells the coordinator where it stands (steps done, the membership it trained in, why)
+     * and waits for its word: RESIZE to a membership with this rank (training goes on from the
+     * state of next.root, the step that failed done again), one without it (it leaves) or STOP.
+     * NULL: the failure ends training. */
+    tdl_status_t (*recover)(void *user, int64_t steps_done, const train_members_t *failed,
+                            const char *why, train_elastic_decision_t *out);
 } train_elastic_ops_t;
 
 typedef struct train_elastic_opts {
@@ -67,5 +74,19 @@ tdl_status_t train_elastic_run(struct train_trainer *tr, gfc_runtime_t *rt, int 
                                const train_elastic_opts_t *o, const train_elastic_ops_t *ops,
                                train_members_t *members, bool sync, bool joined, bool *left,
                                bool *stop);
+
+/* Whether a failed collective can be survived: a peer died or went silent (TDL_ERR_PEER,
+ * TDL_ERR_TIMEOUT) and this rank is not itself declared dead (fenced). */
+bool train_elastic_recoverable(gfc_runtime_t *rt, tdl_status_t st);
+
+/* The survivors of *members agree among themselves, with no coordinator, on the membership
+ * after a death: the members gfc does not hold dead, in the same order, each holding the state
+ * of the one with the most steps done (train_trainer_sync), error-feedback residuals dropped.
+ * Every survivor calls it after its collective failed; it tries again while more members die.
+ * `needed` (or -1): a rank without which training cannot go on, whose death is TDL_ERR_PEER.
+ * On success *members is the new membership (epoch + 1) and *group its group (over
+ * members->ranks). */
+tdl_status_t train_elastic_regroup(struct train_trainer *tr, gfc_runtime_t *rt, int me,
+                                   int needed, train_members_t *members, gfc_group_t *group);
 
 #endif /* TIDAL_TRAIN_ELASTIC_H */

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "train/elastic.h"
 #include "train/job.h"
 #include "train/train.h"
 
@@ -67,17 +68,26 @@ tdl_status_t train_job_run(const train_job_opts_t *J, gfc_runtime_t *rt, int ran
     train_trainer_t *tr = NULL;
     FILE *csv = NULL;
     int *ranks = NULL;
+    train_members_t *mem = NULL; /* the members, while they can regroup after a death */
     train_ckpt_writer_t *writer = NULL;
     bool stopped = false;
+    int regroups = 0; /* after deaths */
     gfc_group_t group, *g = NULL;
     if (size > 1) {
         ranks = malloc((size_t)size * sizeof(int));
-        if (!ranks) {
+        if (size <= TRAIN_MEMBERS_MAX)
+            mem = calloc(1, sizeof(*mem));
+        if (!ranks || (size <= TRAIN_MEMBERS_MAX && !mem)) {
             st = tdl_error_raise(TDL_ERR_NOMEM, "train: out of memory");
             goto out;
         }
         for (int r = 0; r < size; r++)
             ranks[r] = r;
+        if (mem) {
+            mem->n = (uint32_t)size;
+            for (int r = 0; r < size; r++)
+                mem->ranks[r] = r;
+        }
         if ((st = gfc_group_init(&group, rt, ranks, size, 0x747261696eull)) != TDL_OK)
             goto out;
         g = &group;
@@ -128,17 +138,25 @@ tdl_status_t train_job_run(const train_job_opts_t *J, gfc_runtime_t *rt, int ran
     double t0 = tdl_clock_s(), t_last = t0, ema_loss = 0;
     int64_t first_step = train_trainer_steps_done(tr), last_step = first_step;
     for (int64_t s = first_step; s < o.steps; s++) {
-        double loss;
-        bool skipped;
-        if ((st = train_trainer_step(tr, g, &loss, &skipped)) != TDL_OK)
-            goto out;
-        ema_loss = s == first_step ? loss : 0.95 * ema_loss + 0.05 * loss;
+        double loss = NAN;
+        bool logged = false;
+    again:
+        /* after a regroup the step may be done already (taken from a member that finished it) */
+        if (train_trainer_steps_done(tr) == s) {
+            bool skipped;
+            if ((st = train_trainer_step(tr, g, &loss, &skipped)) != TDL_OK)
+                goto failed;
+        } else if (isnan(loss)) {
+            loss = train_trainer_last_loss(tr);
+        }
         bool val_now = val_every > 0 && ((s + 1) % val_every == 0 || s + 1 == o.steps);
         double val = NAN, val_ema = NAN;
         if (val_now && ((st = train_trainer_val_loss(tr, g, val_images, false, &val)) != TDL_OK ||
                         (st = train_trainer_val_loss(tr, g, val_images, true, &val_ema)) != TDL_OK))
-            goto out;
-        if (rank == 0 && ((s + 1) % log_every == 0 || s + 1 == o.steps || val_now)) {
+            goto failed;
+        if (!logged)
+            ema_loss = s == first_step ? loss : 0.95 * ema_loss + 0.05 * loss;
+        if (rank == 0 && !logged && ((s + 1) % log_every == 0 || s + 1 == o.steps || val_now)) {
             double now = tdl_clock_s();
             double ips = (double)(s + 1 - last_step) * o.batch / (now - t_last);
             double eta = (now - t0) / (double)(s + 1 - first_step) * (double)(o.steps - s - 1);
@@ -157,10 +175,11 @@ tdl_status_t train_job_run(const train_job_opts_t *J, gfc_runtime_t *rt, int ran
             t_last = now;
             last_step = s + 1;
         }
+        logged = true;
         /* a signal on any rank stops every rank after the same step */
         int32_t mine = *stop, any = mine;
         if (g && (st = gfc_allreduce(g, &mine, &any, 1, GFC_DT_I32, GFC_OP_MAX, NULL)))
-            goto out;
+            goto failed;
         bool last = s + 1 == o.steps || any;
         if (last || (ckpt_every > 0 && (s + 1) % ckpt_every == 0)) {
             /* error-feedback residuals: their sum over the ranks is what a resume needs */
@@ -172,14 +191,16 @@ tdl_status_t train_job_run(const train_job_opts_t *J, gfc_runtime_t *rt, int ran
                     free(sum);
                     if (st == TDL_OK)
                         st = tdl_error_raise(TDL_ERR_NOMEM, "checkpoint: out of memory");
-                    goto out;
+                    goto failed;
                 }
             }
             if (rank == 0) {
+                int members = g ? g->size : 1;
                 char saved[1100];
                 double copy_s = 0;
+                tdl_fault_point("train.ckpt");
                 if (!last && ckpt_async && writer) {
-                    st = train_checkpoint_dir_save_async(tr, writer, ckpt_dir, keep, size,
+                    st = train_checkpoint_dir_save_async(tr, writer, ckpt_dir, keep, members,
                                                          sum ? sum : res, &copy_s);
                     if (st == TDL_OK)
                         printf("checkpoint %s/ckpt-%08lld.h5 (writing in the background; "
@@ -190,8 +211,8 @@ tdl_status_t train_job_run(const train_job_opts_t *J, gfc_runtime_t *rt, int ran
                         free(sum);
                         goto out;
                     }
-                    st = train_checkpoint_dir_save_res(tr, ckpt_dir, keep, size, sum ? sum : res,
-                                                       saved, sizeof(saved));
+                    st = train_checkpoint_dir_save_res(tr, ckpt_dir, keep, members,
+                                                       sum ? sum : res, saved, sizeof(saved));
                     if (st == TDL_OK && (!last || any))
                         printf("checkpoint %s\n", saved);
                 }
@@ -209,6 +230,34 @@ tdl_status_t train_job_run(const train_job_opts_t *J, gfc_runtime_t *rt, int ran
             stopped = true;
             break;
         }
+        continue;
+    failed:
+        /* a member died: the survivors regroup and do the step again, or finish it */
+        if (!g || !mem || !train_elastic_recoverable(rt, st))
+            goto out;
+        {
+            char why[512];
+            snprintf(why, sizeof(why), "%s", tdl_error_get());
+            uint32_t before = mem->n;
+            if ((st = train_elastic_regroup(tr, rt, rank, 0, mem, &group)) != TDL_OK) {
+                if (st == TDL_ERR_PEER && !gfc_peer_alive(rt, 0))
+                    st = tdl_error_raise(TDL_ERR_PEER,
+                                         "rank 0, which writes the checkpoints, died (%s): "
+                                         "training ends; resume from the last checkpoint in %s",
+                                         gfc_peer_why(rt, 0), ckpt_dir);
+                goto out;
+            }
+            regroups++;
+            if (rank == 0) {
+                printf("tidal train: %u of %u ranks lost at step %lld (%s); %u go on from step "
+                       "%lld with the same global batch of %d\n",
+                       before - mem->n, before, (long long)(s + 1), why, mem->n,
+                       (long long)train_trainer_steps_done(tr) + 1, o.batch);
+                fflush(stdout);
+            }
+            st = TDL_OK;
+            goto again;
+        }
     }
     if (rank == 0 && stopped) {
         fclose(csv);
@@ -225,6 +274,14 @@ tdl_status_t train_job_run(const train_job_opts_t *J, gfc_runtime_t *rt, int ran
                "and checkpoints in %s\n",
                (long long)ran, secs > 0 && ran > 0 ? (double)ran * o.batch / secs : 0.0, ema_loss,
                out_dir, path, ckpt_dir);
+        if (regroups) {
+            int dead[64], n = gfc_dead_ranks(rt, dead, (int)TDL_ARRAY_SIZE(dead));
+            printf("tidal train: %d rank%s died and training went on %d time%s without a restart:",
+                   n, n == 1 ? "" : "s", regroups, regroups == 1 ? "" : "s");
+            for (int i = 0; i < n && i < (int)TDL_ARRAY_SIZE(dead); i++)
+                printf("%s rank %d (%s)", i ? ";" : "", dead[i], gfc_peer_why(rt, dead[i]));
+            printf("\n");
+        }
         fclose(csv);
         csv = NULL;
         plot_loss(out_dir);
@@ -239,6 +296,7 @@ out:
     if (csv)
         fclose(csv);
     train_trainer_free(tr);
+    free(mem);
     free(ranks);
     return st;
 }

@@ -151,7 +151,9 @@ tdl_status_t train_trainer_create_with_data(const train_opts_t *opts, train_data
 void train_trainer_free(train_trainer_t *tr);
 /* One optimizer step over one global batch. group == NULL trains alone; otherwise every member
  * calls it with the same step and group, and gets bit-identical gradients. A step whose gradient
- * is not finite is skipped (skipped_out = true) and reported, never applied. */
+ * is not finite is skipped (skipped_out = true) and reported, never applied. A step that fails
+ * (a member died in one of its collectives) leaves the state as it was before it, but for an
+ * error-feedback residual, so it can be done again on any membership. */
 tdl_status_t train_trainer_step(train_trainer_t *tr, gfc_group_t *group, double *loss_out,
                                 bool *skipped_out);
 /* Elastic membership, at a step boundary: every member of group calls it, and afterwards each
@@ -162,7 +164,13 @@ tdl_status_t train_trainer_step(train_trainer_t *tr, gfc_group_t *group, double 
  * another model or run (seed, batch, data, hyperparameters, codec) is TDL_ERR_MISMATCH on every
  * member before any array moves; a transfer that fails later leaves the receivers to sync again. */
 tdl_status_t train_trainer_sync(train_trainer_t *tr, gfc_group_t *group, int root);
+/* Drops this rank's error-feedback residual (zeros; nothing without error feedback): after a
+ * member died, whose share of the unsent gradients is lost with it, the survivors start their
+ * residuals again together. */
+void train_trainer_drop_residual(train_trainer_t *tr);
 int64_t train_trainer_steps_done(const train_trainer_t *tr);
+/* The loss of the last step done (NaN before one), as train_trainer_step answered it. */
+double train_trainer_last_loss(const train_trainer_t *tr);
 float train_trainer_lr(const train_trainer_t *tr);
 dit_model_t *train_trainer_model(train_trainer_t *tr);
 const float *train_trainer_ema(const train_trainer_t *tr);

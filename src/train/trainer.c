@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -193,8 +194,8 @@ tdl_status_t train_trainer_val_loss(train_trainer_t *tr, gfc_group_t *group, int
     return st;
 }
 
-tdl_status_t train_trainer_step(train_trainer_t *tr, gfc_group_t *group, double *loss_out,
-                                bool *skipped_out)
+static tdl_status_t trainer_step(train_trainer_t *tr, gfc_group_t *group, double *loss_out,
+                                 bool *skipped_out)
 {
     const train_opts_t *o = &tr->opts;
     dit_model_t *m = tr->model;
@@ -233,6 +234,7 @@ tdl_status_t train_trainer_step(train_trainer_t *tr, gfc_group_t *group, double 
         float scale = (float)k / (float)o->batch;
         for (size_t i = 0; i < (size_t)k * per; i++)
             tr->dout[i] *= scale;
+        tdl_fault_point("train.backward"); /* for the failure tests */
         if ((st = dit_model_backward(m, tr->dout)) != TDL_OK)
             return st;
         loss_sum += mse * k;
@@ -309,6 +311,36 @@ tdl_status_t train_trainer_step(train_trainer_t *tr, gfc_group_t *group, double 
     if (skipped_out)
         *skipped_out = skip;
     return TDL_OK;
+}
+
+tdl_status_t train_trainer_step(train_trainer_t *tr, gfc_group_t *group, double *loss_out,
+                                bool *skipped_out)
+{
+    /* Nothing of the state changes before the last collective but the data cursor: put back,
+     * it leaves a failed step to be done again, by this group or a smaller one. */
+    uint64_t epoch, pos;
+    train_sampler_cursor(&tr->sampler, &epoch, &pos);
+    tdl_status_t st = trainer_step(tr, group, loss_out, skipped_out);
+    if (st != TDL_OK) {
+        char why[512];
+        snprintf(why, sizeof(why), "%s", tdl_error_get());
+        if (train_sampler_seek(&tr->sampler, epoch, pos) == TDL_OK)
+            tdl_error_set("%s", why);
+    }
+    return st;
+}
+
+double train_trainer_last_loss(const train_trainer_t *tr)
+{
+    return tr->loss_count ? tr->loss_hist[(tr->loss_count - 1) % TRAIN_LOSS_HISTORY][1] : NAN;
+}
+
+void train_trainer_drop_residual(train_trainer_t *tr)
+{
+    size_t n;
+    float *res = tr->codec ? train_codec_residual(tr->codec, &n) : NULL;
+    if (res)
+        memset(res, 0, n * sizeof(float));
 }
 
 int64_t train_trainer_steps_done(const train_trainer_t *tr)
