@@ -126,7 +126,7 @@ static bool wants_help(int argc, char **argv)
     return false;
 }
 
-int main(int argc, char **argv)
+static int run_main(int argc, char **argv)
 {
     if (argc < 2)
         return cli_usage_error("no command given: see 'tidal --help'");
@@ -191,5 +191,33 @@ int main(int argc, char **argv)
 out:
     tdl_params_destroy(params);
     free(pos);
+    return rc;
+}
+
+/* Under `mpirun --enable-recovery` mpirun exits 0 whatever its ranks answer (Open MPI 4.1), so
+ * a job that must survive dead ranks cannot tell its outcome by mpirun's code. With
+ * TIDAL_EXIT_DIR set, every rank leaves its exit code in DIR/exit.RANK, from which
+ * tools/mpirun-recover answers the job's code: rank 0's, else 1 (doc/failures.md). */
+static void leave_exit_code(int rc)
+{
+    const char *dir = getenv("TIDAL_EXIT_DIR");
+    if (!dir || !*dir)
+        return;
+    const char *rank = getenv("OMPI_COMM_WORLD_RANK");
+    if (!rank)
+        rank = getenv("PMIX_RANK");
+    if (!rank)
+        rank = getenv("SLURM_PROCID");
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/exit.%s", dir, rank ? rank : "0");
+    FILE *f = fopen(path, "w");
+    if (!f || fprintf(f, "%d\n", rc) < 0 || fclose(f) != 0)
+        fprintf(stderr, "tidal: cannot write the exit code to '%s' (TIDAL_EXIT_DIR)\n", path);
+}
+
+int main(int argc, char **argv)
+{
+    int rc = run_main(argc, argv);
+    leave_exit_code(rc);
     return rc;
 }

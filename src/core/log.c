@@ -56,21 +56,26 @@ void tdl_log_set_rank(int rank)
 void tdl_fault_point(const char *where)
 {
     static int parsed; /* 0: not yet, 1: armed, -1: off */
-    static char point[64];
-    static int rank, nth, sig, seen;
+    static char point[64], ranks[64];
+    static int nth, sig, seen;
     if (!parsed) {
         const char *f = getenv("TIDAL_FAULT");
         char name[8] = "";
         parsed = -1;
-        if (f && sscanf(f, "%63[^:]:%d:%d:%7s", point, &rank, &nth, name) == 4 && nth >= 1) {
+        if (f && sscanf(f, "%63[^:]:%63[0-9+]:%d:%7s", point, ranks, &nth, name) == 4 && nth >= 1) {
             sig = !strcmp(name, "KILL") ? SIGKILL : !strcmp(name, "STOP") ? SIGSTOP : 0;
             parsed = sig ? 1 : -1;
         }
         if (f && parsed < 0)
-            tdl_log_write(TDL_LOG_WARN, "TIDAL_FAULT='%s' ignored: use POINT:RANK:NTH:KILL|STOP",
-                          f);
+            tdl_log_write(TDL_LOG_WARN,
+                          "TIDAL_FAULT='%s' ignored: use POINT:RANK[+RANK...]:NTH:KILL|STOP", f);
     }
-    if (parsed < 0 || rank != log_rank || strcmp(where, point) != 0 || ++seen != nth)
+    if (parsed < 0 || strcmp(where, point) != 0)
+        return;
+    bool mine = false; /* this rank among those named */
+    for (const char *r = ranks; *r && !mine; r += strcspn(r, "+"), r += *r == '+')
+        mine = atoi(r) == log_rank && log_rank >= 0;
+    if (!mine || ++seen != nth)
         return;
     tdl_log_write(TDL_LOG_WARN, "TIDAL_FAULT: SIG%s at %s (time %d)",
                   sig == SIGKILL ? "KILL" : "STOP", where, nth);

@@ -300,14 +300,14 @@ err_free:
     return st;
 }
 
-/* Waits for a UCX operation to finish, bounded by the runtime timeout. */
-static ucs_status_t runtime_wait_ucx(gfc_runtime_t *rt, void *req)
+/* Waits for a UCX operation to finish, bounded by limit_ms. */
+static ucs_status_t runtime_wait_ucx_ms(gfc_runtime_t *rt, void *req, int64_t limit_ms)
 {
     if (req == NULL)
         return UCS_OK;
     if (UCS_PTR_IS_ERR(req))
         return UCS_PTR_STATUS(req);
-    uint64_t deadline = tdl_clock_ns() + (uint64_t)rt->config.timeout_ms * 1000000ull;
+    uint64_t deadline = tdl_clock_ns() + (uint64_t)limit_ms * 1000000ull;
     ucs_status_t s;
     while ((s = ucp_request_check_status(req)) == UCS_INPROGRESS) {
         if (!ucp_worker_progress(rt->worker))
@@ -322,6 +322,10 @@ static ucs_status_t runtime_wait_ucx(gfc_runtime_t *rt, void *req)
     return s;
 }
 
+/* How long the end waits for a peer to acknowledge a close: a peer that has gone on (into
+ * MPI_Finalize, or away) no longer progresses its worker, and then nothing is owed it. */
+#define CLOSE_WAIT_MS 1000
+
 void gfc_runtime_destroy(gfc_runtime_t *rt)
 {
     if (!rt)
@@ -331,7 +335,10 @@ void gfc_runtime_destroy(gfc_runtime_t *rt)
     rt->ending = true;
     gfc_live_destroy(rt); /* first: the peers learn this rank has left, not died */
     ucp_request_param_t prm = {0};
-    ucs_status_t fs = runtime_wait_ucx(rt, ucp_worker_flush_nbx(rt->worker, &prm));
+    ucs_status_t fs = runtime_wait_ucx_ms(
+        rt, ucp_worker_flush_nbx(rt->worker, &prm),
+        gfc_runtime_dead_count(rt) ? TDL_MIN(rt->config.timeout_ms, CLOSE_WAIT_MS)
+                                   : rt->config.timeout_ms);
     for (int r = 0; r < rt->size; r++) {
         if (!rt->eps[r])
             continue;
@@ -340,10 +347,16 @@ void gfc_runtime_destroy(gfc_runtime_t *rt)
         if (rt->peer_status[r] != UCS_OK || gfc_peer_state(rt, r) != GFC_PEER_ALIVE ||
             fs != UCS_OK)
             cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
-        runtime_wait_ucx(rt, ucp_ep_close_nbx(rt->eps[r], &cp));
+        runtime_wait_ucx_ms(rt, ucp_ep_close_nbx(rt->eps[r], &cp),
+                            TDL_MIN(rt->config.timeout_ms, CLOSE_WAIT_MS));
     }
-    ucp_worker_destroy(rt->worker);
-    ucp_cleanup(rt->context);
+    /* With a peer dead, UCX (1.13) may still hold requests to it that no one can complete, and
+     * its worker's clean-up crashes on them (ucs_mpool_cleanup): the process is about to exit,
+     * which frees them, so the worker is left to it. */
+    if (gfc_runtime_dead_count(rt) == 0) {
+        ucp_worker_destroy(rt->worker);
+        ucp_cleanup(rt->context);
+    }
     for (size_t i = 0; i < TDL_ARRAY_SIZE(rt->cache); i++)
         free(rt->cache[i].buf);
     tdl_blobs_free(&rt->addrs);
@@ -433,7 +446,8 @@ tdl_status_t gfc_ep_get(gfc_runtime_t *rt, int peer, ucp_ep_h *ep_out)
         };
         ucs_status_t s = ucp_ep_create(rt->worker, &ep, &rt->eps[peer]);
         if (s != UCS_OK)
-            return tdl_error_raise(TDL_ERR_UCX, "cannot reach rank %d: ucp_ep_create: %s", peer,
+            /* a peer dying as it is first reached: it is the peer that failed */
+            return tdl_error_raise(TDL_ERR_PEER, "cannot reach rank %d: ucp_ep_create: %s", peer,
                                    ucs_status_string(s));
         if (tdl_log_get_level() >= TDL_LOG_TRACE)
             ucp_ep_print_info(rt->eps[peer], stderr);

@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "train/elastic.h"
 #include "train/train.h"
@@ -165,15 +166,25 @@ tdl_status_t train_elastic_regroup(train_trainer_t *tr, gfc_runtime_t *rt, int m
     const train_members_t old = *mem;
     uint32_t tried_n = 0;
     tdl_status_t st = TDL_OK;
-    for (int attempt = 1; attempt <= REGROUP_TRIES; attempt++) {
+    for (int attempt = 0; attempt < REGROUP_TRIES; attempt++) {
         if (needed >= 0 && needed != me && !gfc_peer_alive(rt, needed))
             return tdl_error_raise(TDL_ERR_PEER, "rank %d is dead (%s)", needed,
                                    gfc_peer_why(rt, needed));
-        mem->n = 0, mem->epoch = old.epoch + (uint32_t)attempt;
+        /* the group's id hashes its list: survivors with other views of the dead never meet */
+        mem->n = 0, mem->epoch = old.epoch + 1;
         for (uint32_t i = 0; i < old.n; i++)
             if (old.ranks[i] == me || gfc_peer_alive(rt, old.ranks[i]))
                 mem->ranks[mem->n++] = old.ranks[i];
-        if (mem->n == tried_n) /* no one else died since the last try: its failure was not a death */
+        /* the last try failed, and no one else is held dead yet: wait for the verdict on the one
+         * that failed it (a peer found dead by another member is declared within a message) */
+        for (int ms = 0; mem->n == tried_n && ms < 3000; ms++) {
+            usleep(1000);
+            mem->n = 0;
+            for (uint32_t i = 0; i < old.n; i++)
+                if (old.ranks[i] == me || gfc_peer_alive(rt, old.ranks[i]))
+                    mem->ranks[mem->n++] = old.ranks[i];
+        }
+        if (mem->n == tried_n) /* no one else died: the failure was not a death */
             break;
         tried_n = mem->n;
         /* one number says both: the most steps done, and among those the first member */

@@ -194,11 +194,11 @@ tdl_status_t train_job_run(const train_job_opts_t *J, gfc_runtime_t *rt, int ran
                     goto failed;
                 }
             }
+            tdl_fault_point("train.ckpt"); /* every rank, as rank 0 begins to write */
             if (rank == 0) {
                 int members = g ? g->size : 1;
                 char saved[1100];
                 double copy_s = 0;
-                tdl_fault_point("train.ckpt");
                 if (!last && ckpt_async && writer) {
                     st = train_checkpoint_dir_save_async(tr, writer, ckpt_dir, keep, members,
                                                          sum ? sum : res, &copy_s);

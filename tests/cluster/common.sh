@@ -49,7 +49,7 @@ cluster_mpirun() {
         ${TIDAL_MPIRUN_FLAGS:-} "$@"
     [ "$cl_np" -le "${TIDAL_CLUSTER_RANKS:-0}" ] || set -- --oversubscribe "$@"
     if [ "`id -u`" = 0 ]; then set -- --allow-run-as-root "$@"; fi
-    timeout "${TIDAL_TEST_TIMEOUT:-300}" "$MPIRUN" "$@"
+    timeout "${TIDAL_TEST_TIMEOUT:-300}" "${TIDAL_LAUNCH:-$MPIRUN}" "$@"
 }
 
 # cluster_on HOST CMD...: CMD in the network namespace of host HOST (h0, h1, ...) of this cluster.
