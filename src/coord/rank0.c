@@ -455,12 +455,20 @@ tdl_status_t coord_rank0_run(const coord_rank0_opts_t *o, int world, dit_model_t
         if (r.co)
             coord_training_get(r.co, &t);
         if (o->exit_after_trace && trace_over && k->done + k->failed >= k->submitted &&
-            (!t.colocated || t.done)) {
+            (!t.colocated || t.done || t.orphaned)) {
             why = "the trace is done";
             break;
         }
     }
     ok = true;
+    coord_training_t t = {0};
+    if (r.co)
+        coord_training_get(r.co, &t);
+    if (t.orphaned) /* serving went on; the job did not do its training */
+        st = tdl_error_raise(TDL_ERR_PEER,
+                             "training lost every member at step %lld and stood still; resume it "
+                             "from %s",
+                             (long long)t.step, t.latest[0] ? t.latest : "the start");
     elapsed = tdl_clock_s() - r.t0;
     printf("tidal serve: stopping (%s)\n", why);
     fflush(stdout);

@@ -159,6 +159,15 @@ tdl_status_t train_elastic_run(train_trainer_t *tr, gfc_runtime_t *rt, int me,
     }
 }
 
+/* The members of `old` that gfc does not hold dead (this rank always), in order, into out. */
+static void survivors(gfc_runtime_t *rt, int me, const train_members_t *old, train_members_t *out)
+{
+    out->n = 0;
+    for (uint32_t i = 0; i < old->n; i++)
+        if (old->ranks[i] == me || gfc_peer_alive(rt, old->ranks[i]))
+            out->ranks[out->n++] = old->ranks[i];
+}
+
 tdl_status_t train_elastic_regroup(train_trainer_t *tr, gfc_runtime_t *rt, int me, int needed,
                                    train_members_t *mem, gfc_group_t *g)
 {
@@ -171,18 +180,13 @@ tdl_status_t train_elastic_regroup(train_trainer_t *tr, gfc_runtime_t *rt, int m
             return tdl_error_raise(TDL_ERR_PEER, "rank %d is dead (%s)", needed,
                                    gfc_peer_why(rt, needed));
         /* the group's id hashes its list: survivors with other views of the dead never meet */
-        mem->n = 0, mem->epoch = old.epoch + 1;
-        for (uint32_t i = 0; i < old.n; i++)
-            if (old.ranks[i] == me || gfc_peer_alive(rt, old.ranks[i]))
-                mem->ranks[mem->n++] = old.ranks[i];
+        mem->epoch = old.epoch + 1;
+        survivors(rt, me, &old, mem);
         /* the last try failed, and no one else is held dead yet: wait for the verdict on the one
          * that failed it (a peer found dead by another member is declared within a message) */
         for (int ms = 0; mem->n == tried_n && ms < 3000; ms++) {
             usleep(1000);
-            mem->n = 0;
-            for (uint32_t i = 0; i < old.n; i++)
-                if (old.ranks[i] == me || gfc_peer_alive(rt, old.ranks[i]))
-                    mem->ranks[mem->n++] = old.ranks[i];
+            survivors(rt, me, &old, mem);
         }
         if (mem->n == tried_n) /* no one else died: the failure was not a death */
             break;
