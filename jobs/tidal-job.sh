@@ -10,6 +10,10 @@
 #   TIDAL_SRUN_FLAGS     extra srun flags, TIDAL_MPIRUN_FLAGS extra mpirun flags
 #   TIDAL_REQUEUE        1 (default): after SIGUSR1 and a checkpoint, `scontrol requeue`; 0: exit
 #   TIDAL_GPU_BIND       1 (default): one GPU per rank by node-local rank where GPUs exist; 0: off
+#   TIDAL_RECOVERY       1 (default): a dead rank does not end the job (srun --no-kill
+#                        --kill-on-bad-exit=0, mpirun --enable-recovery); the job's status is
+#                        then rank 0's exit code, which each rank leaves in a folder of the
+#                        launch (TIDAL_EXIT_DIR, doc/failures.md); 0: the first death ends it
 
 tidal_job_log() { printf 'tidal-job[%s]: %s\n' "${SLURM_JOB_ID:-local}" "$*"; }
 tidal_job_die() { printf 'tidal-job[%s]: error: %s\n' "${SLURM_JOB_ID:-local}" "$*" >&2; exit "${2:-2}"; }
@@ -88,6 +92,7 @@ tidal_job_init() {
     fi
     [ "$TIDAL_JOB_NGPUS" -gt 0 ] && export TIDAL_JOB_GPUS=1
     TIDAL_JOB_PIDS=()
+    declare -gA TIDAL_JOB_EXIT_DIRS=()
     TIDAL_JOB_SIGNALED=
     TIDAL_JOB_GOT=0
     trap 'tidal_job_forward USR1' USR1
@@ -124,8 +129,19 @@ while :; do got=0; wait $child; rc=$?; [ $got = 1 ] || exit $rc; done'
 tidal_job_launch() {
     local group=$1 sig=$2 ntasks=$3 cmd v
     shift 3
+    local recover=${TIDAL_RECOVERY:-1} exit_dir=
+    if [ "$recover" = 1 ]; then
+        # on the shared file system, where the batch shell reads what rank 0 (on any node) wrote
+        exit_dir=$(mktemp -d "$PWD/.tidal-exit.${SLURM_JOB_ID:-local}.XXXXXX") ||
+            tidal_job_die "cannot make a folder for the ranks' exit codes in $PWD" 1
+    fi
     if [ "$TIDAL_LAUNCHER" = srun ]; then
-        cmd=(srun --mpi=pmix --kill-on-bad-exit=1)
+        cmd=(srun --mpi=pmix)
+        if [ "$recover" = 1 ]; then
+            cmd+=(--no-kill --kill-on-bad-exit=0)
+        else
+            cmd+=(--kill-on-bad-exit=1)
+        fi
         [ -n "$group" ] && cmd+=(--het-group="$group")
         # shellcheck disable=SC2206
         cmd+=($TIDAL_SRUN_FLAGS)
@@ -153,13 +169,34 @@ tidal_job_launch() {
             $(env | sed -n 's/^\(TIDAL_[A-Z0-9_]*\)=.*/\1/p'); do
             cmd+=(-x "$v")
         done
+        [ "$recover" = 1 ] && cmd+=(--enable-recovery -x TIDAL_EXIT_DIR)
         # shellcheck disable=SC2206
         cmd+=($TIDAL_MPIRUN_FLAGS)
     fi
     tidal_job_log "${group:+component $group: }${cmd[*]} $*"
-    "${cmd[@]}" bash -c "$TIDAL_JOB_RANK" tidal-rank "$sig" "$@" &
+    TIDAL_EXIT_DIR=$exit_dir "${cmd[@]}" bash -c "$TIDAL_JOB_RANK" tidal-rank "$sig" "$@" &
     TIDAL_JOB_PIDS+=($!)
     TIDAL_JOB_LAST=$!
+    [ -n "$exit_dir" ] && TIDAL_JOB_EXIT_DIRS[$!]=$exit_dir
+}
+
+# tidal_job_status PID RC: the status of a launch that ended with RC. With recovery the
+# launcher's own code says little (mpirun --enable-recovery exits 0 whatever the ranks did;
+# srun --no-kill counts a dead rank the job survived): rank 0's exit code is the job's; with
+# none (rank 0 died) the launch failed.
+tidal_job_status() {
+    local pid=$1 rc=$2 dir=${TIDAL_JOB_EXIT_DIRS[$1]:-}
+    if [ -n "$dir" ]; then
+        if [ -f "$dir/exit.0" ]; then
+            rc=$(cat "$dir/exit.0")
+        elif ls "$dir"/exit.* >/dev/null 2>&1; then
+            tidal_job_log "rank 0 left no exit code (it died): the launch failed"
+            rc=1
+        fi
+        rm -rf "$dir"
+        unset "TIDAL_JOB_EXIT_DIRS[$pid]"
+    fi
+    return "$rc"
 }
 
 # The batch shell got SIGUSR1 (Slurm's --signal=B:USR1@N, `scancel --signal=USR1 --batch`),
@@ -183,7 +220,10 @@ tidal_job_wait() {
         wait "$1"
         rc=$?
         # a wait cut short by a trap: wait again (bash keeps the status of a finished child)
-        [ "$TIDAL_JOB_GOT" = 1 ] || return $rc
+        if [ "$TIDAL_JOB_GOT" != 1 ]; then
+            tidal_job_status "$1" "$rc"
+            return
+        fi
     done
 }
 

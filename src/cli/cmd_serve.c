@@ -302,8 +302,9 @@ int cli_serve_main(tdl_params_t *params, const char *what, const cli_colocate_t 
     /* rank 0's verdict reaches every live rank (a failed executor makes it a failure): they
      * exit with the same code. Over gfc, which passes over dead ranks, where MPI would hang */
     int64_t verdict = rc;
+    bool deaths = false;
     if (up) {
-        verdict = gfc_verdict(rt, rc);
+        verdict = gfc_verdict(rt, rc, &deaths);
         gfc_runtime_destroy(rt);
     } else if (me.size > 1) { /* start-up failed: every rank is still there */
         gfc_runtime_destroy(rt);
@@ -316,7 +317,7 @@ int cli_serve_main(tdl_params_t *params, const char *what, const cli_colocate_t 
             verdict = CLI_EXIT_FAILURE;
     }
     dit_model_free(m);
-    tdl_boot_finalize();
+    cli_mpi_end(deaths);
     return (int)verdict;
 }
 

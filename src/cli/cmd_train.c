@@ -134,11 +134,12 @@ static int train_run(tdl_params_t *params, int npos, char **pos)
     if (st != TDL_OK)
         fprintf(stderr, "tidal[%d]: train: %s\n", me.rank, tdl_error_get());
     int rc = st == TDL_OK ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
+    bool deaths = false;
     if (rt) { /* over gfc, which passes over dead ranks, where an MPI barrier would hang */
-        rc = gfc_verdict(rt, rc);
+        rc = gfc_verdict(rt, rc, &deaths);
         gfc_runtime_destroy(rt);
     }
-    tdl_boot_finalize();
+    cli_mpi_end(deaths);
     return rc;
 }
 

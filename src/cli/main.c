@@ -8,6 +8,7 @@
 
 #include "cli/cli.h"
 #include "gfc/gfc.h"
+#include "mpi/bootstrap.h"
 
 static const tdl_param_def_t global_params[] = {
     {"config", TDL_PARAM_STRING, NULL,
@@ -192,6 +193,16 @@ out:
     tdl_params_destroy(params);
     free(pos);
     return rc;
+}
+
+void cli_mpi_end(bool deaths)
+{
+    if (!deaths) {
+        tdl_boot_finalize();
+        return;
+    }
+    fflush(NULL);
+    TDL_INFO("a rank died: MPI_Finalize is left out (its fence could wait for the dead)");
 }
 
 /* Under `mpirun --enable-recovery` mpirun exits 0 whatever its ranks answer (Open MPI 4.1), so

@@ -22,6 +22,7 @@ typedef struct coord_req {
     serve_task_kind_t kind; /* of the task running (or run last) */
     int first, last;        /* its first and last world rank */
     int restarts;           /* times it started again after a rank died */
+    int replaced;           /* of those, the times its PREPARE has been placed again */
     /* its answer, once it finished: kept here, so that answering never allocates */
     bool ok, late;
     double finish_s;
@@ -74,7 +75,7 @@ struct coord {
     char latest[sizeof(((serve_wire_report_t *)0)->path)];
     int moves_to_serve, moves_to_train;
     /* a regroup after a training member died: who has reported FAILED, and its steps done */
-    bool regrouping, orphaned;
+    bool regrouping, orphaned, regrouped; /* regrouped: no step reported since the last one */
     bool failed[SERVE_WIRE_MAX_WORKERS + 1];
     int64_t failed_step[SERVE_WIRE_MAX_WORKERS + 1];
     int regroups;
@@ -205,6 +206,11 @@ static tdl_status_t on_start(void *user, const coord_sched_task_t *t)
         .estimate_s = t->estimate_s};
     p->ranks_at = ranks_at, p->prev_at = prev_at;
     r->kind = kind, r->first = t->ranks[0] + 1, r->last = t->ranks[t->degree - 1] + 1;
+    if (kind == SERVE_TASK_PREPARE && r->replaced < r->restarts) {
+        r->replaced = r->restarts; /* the moment the failover benchmark times */
+        TDL_WARN("request %llu placed again on executor ranks %d..%d", (unsigned long long)r->spec.id,
+                 r->first, r->last);
+    }
     return TDL_OK;
 }
 
@@ -554,6 +560,7 @@ static tdl_status_t try_regroup(coord_t *c, double now)
     c->flight_open = false;
     c->m = next;
     c->regroups++;
+    c->regrouped = true;
     TDL_WARN("training lost ranks %s: %u members go on from step %lld, the state of rank %d",
              lost[0] ? lost : "(none)", next.n, (long long)best, next.root);
     (void)now;
@@ -612,6 +619,11 @@ tdl_status_t coord_report(coord_t *c, double now, int w, const serve_wire_report
                 c->over_budget[k] = c->move_ms[k] / budget;
         }
         c->step = r->step, c->loss = r->loss;
+        if (c->regrouped) {
+            c->regrouped = false;
+            TDL_WARN("training went on: step %lld done by %d members after the regroup",
+                     (long long)r->step, r->members);
+        }
         return TDL_OK;
     case SERVE_REPORT_RESUMED:
         if (!c->seen_step)

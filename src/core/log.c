@@ -92,16 +92,25 @@ void tdl_log_vwrite(tdl_log_level_t level, const char *fmt, va_list ap)
 {
     if (level > log_level)
         return;
-    double now = tdl_clock_s();
+    /* seconds from this process's first line; TIDAL_LOG_CLOCK=unix: the wall clock, so that the
+     * lines of every rank (and of a script that killed one) can be put in one order */
+    static int unix_clock = -1;
+    if (unix_clock < 0) {
+        const char *c = getenv("TIDAL_LOG_CLOCK");
+        unix_clock = c && !strcmp(c, "unix");
+    }
+    double now = unix_clock ? tdl_clock_wall_s() : tdl_clock_s();
     if (log_t0 < 0)
-        log_t0 = now;
+        log_t0 = unix_clock ? 0 : now;
     char line[2048];
     int n;
     if (log_rank >= 0)
-        n = snprintf(line, sizeof(line), "tidal[%d] %9.3f %s: ", log_rank, now - log_t0,
+        n = snprintf(line, sizeof(line), unix_clock ? "tidal[%d] %.6f %s: " : "tidal[%d] %9.3f %s: ",
+                     log_rank, now - log_t0,
                      tdl_log_level_name(level));
     else
-        n = snprintf(line, sizeof(line), "tidal %9.3f %s: ", now - log_t0,
+        n = snprintf(line, sizeof(line), unix_clock ? "tidal %.6f %s: " : "tidal %9.3f %s: ",
+                     now - log_t0,
                      tdl_log_level_name(level));
     if (n < 0 || (size_t)n >= sizeof(line))
         n = 0;

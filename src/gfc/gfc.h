@@ -47,6 +47,7 @@ typedef struct gfc_runtime_config {
     int64_t idle_sleep_us;       /* > 0: a waiting rank sleeps this long once idle as long */
     int64_t keepalive_ms;        /* how often each rank tells every peer it is alive */
     int64_t dead_after_ms;       /* a peer silent this long is declared dead (0: no keep-alive) */
+    bool cma;                    /* CMA single copy within a host (off: a dead peer can crash UCX) */
 } gfc_runtime_config_t;
 
 /* The gfc parameters (gfc-timeout-ms, gfc-allreduce, ...) for the registry. */
@@ -99,8 +100,10 @@ int gfc_runtime_fenced_by(gfc_runtime_t *rt);
 /* The end of a job, on every rank, in place of MPI collectives that would hang on a dead peer:
  * each live rank sends its exit code to rank 0, which answers each with the verdict: rank 0's
  * code, else 1 when a rank that lived to the end failed, else 0. Ranks dead before or during
- * the exchange are passed over. A rank that cannot hear rank 0 answers its own code (1 for 0). */
-int gfc_verdict(gfc_runtime_t *rt, int code);
+ * the exchange are passed over. A rank that cannot hear rank 0 answers its own code (1 for 0).
+ * *deaths: whether any rank of the job died (rank 0's word, the same on every survivor): then
+ * MPI_Finalize, whose fence may wait for the dead, must be left out by all of them. */
+int gfc_verdict(gfc_runtime_t *rt, int code, bool *deaths);
 
 /* ---- groups ------------------------------------------------------------------------------ */
 

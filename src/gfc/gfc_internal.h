@@ -162,7 +162,7 @@ tdl_status_t gfc_peer_error(gfc_runtime_t *rt, int peer);
 int gfc_peer_state(const gfc_runtime_t *rt, int peer);
 /* A UCX context and a worker for one thread (tag messages); `tuned`: gfc's protocol settings
  * (rendezvous by put, the second protocol set) where the environment does not choose. */
-tdl_status_t gfc_ucx_open(const char *name, bool tuned, ucp_context_h *context_out,
+tdl_status_t gfc_ucx_open(const char *name, bool tuned, bool cma, ucp_context_h *context_out,
                           ucp_worker_h *worker_out);
 /* liveness.c: the keep-alive worker (its address for the start-up exchange, malloc'd), then
  * its thread once every rank's address is known, and the end of both (BYE to the peers). */

@@ -162,29 +162,32 @@ int gfc_runtime_fenced_by(gfc_runtime_t *rt)
 
 #define GFC_NS_VERDICT 0x76657264696374ull /* "verdict" */
 
-int gfc_verdict(gfc_runtime_t *rt, int code)
+int gfc_verdict(gfc_runtime_t *rt, int code, bool *deaths)
 {
     int32_t mine = code;
+    *deaths = false;
     if (rt->size == 1)
         return code;
-    if (rt->rank != 0) { /* my code to rank 0, its verdict back */
+    if (rt->rank != 0) { /* my code to rank 0, its verdict (and whether any rank died) back */
         int pair[2] = {0, rt->rank};
         gfc_group_t g;
-        int32_t verdict = 1;
+        int32_t verdict[2] = {1, 1};
         size_t got = 0;
         tdl_status_t st = gfc_group_init(&g, rt, pair, 2, GFC_NS_VERDICT);
         if (st == TDL_OK)
             st = gfc_send(&g, 0, 0, &mine, sizeof(mine));
         if (st == TDL_OK)
-            st = gfc_recv(&g, 0, 1, &verdict, sizeof(verdict), &got);
+            st = gfc_recv(&g, 0, 1, verdict, sizeof(verdict), &got);
         if (st != TDL_OK || got != sizeof(verdict)) {
             TDL_WARN("the job's verdict from rank 0: %s", st != TDL_OK ? tdl_error_get() : "short");
+            *deaths = true;
             return code ? code : 1;
         }
-        return verdict;
+        *deaths = verdict[1] != 0 || gfc_runtime_dead_count(rt) > 0;
+        return verdict[0];
     }
     /* rank 0: rank 0's code, else 1 when a rank that lived to the end failed */
-    int32_t verdict = code;
+    int32_t verdict[2] = {code, 0};
     for (int w = 1; w < rt->size; w++) {
         int pair[2] = {0, w};
         gfc_group_t g;
@@ -196,17 +199,20 @@ int gfc_verdict(gfc_runtime_t *rt, int code)
             TDL_WARN("rank %d's exit code: %s", w, tdl_error_get());
             continue; /* it died at the end: the job survives it as any other death */
         }
-        if (got == sizeof(theirs) && theirs != 0 && verdict == 0)
-            verdict = 1;
+        if (got == sizeof(theirs) && theirs != 0 && verdict[0] == 0)
+            verdict[0] = 1;
     }
+    /* every rank that lived to the end has answered: rank 0 knows every death */
+    verdict[1] = gfc_runtime_dead_count(rt) > 0;
+    *deaths = verdict[1] != 0;
     for (int w = 1; w < rt->size; w++) {
         int pair[2] = {0, w};
         gfc_group_t g;
         if (gfc_peer_alive(rt, w) && gfc_group_init(&g, rt, pair, 2, GFC_NS_VERDICT) == TDL_OK &&
-            gfc_send(&g, 1, 1, &verdict, sizeof(verdict)) != TDL_OK)
+            gfc_send(&g, 1, 1, verdict, sizeof(verdict)) != TDL_OK)
             TDL_WARN("the job's verdict to rank %d: %s", w, tdl_error_get());
     }
-    return verdict;
+    return verdict[0];
 }
 
 static void live_fenced(gfc_runtime_t *rt, int by)
@@ -439,7 +445,7 @@ tdl_status_t gfc_live_create(gfc_runtime_t *rt, void **addr_out, size_t *len_out
     lv->rt = rt;
     lv->period_ns = (uint64_t)rt->config.keepalive_ms * 1000000ull;
     lv->dead_after_ns = (uint64_t)rt->config.dead_after_ms * 1000000ull;
-    tdl_status_t st = gfc_ucx_open("tidal-gfc-live", false, &lv->context, &lv->worker);
+    tdl_status_t st = gfc_ucx_open("tidal-gfc-live", false, false, &lv->context, &lv->worker);
     if (st != TDL_OK) {
         free(lv);
         return tdl_error_raise(st, "gfc: the keep-alive worker: %s", tdl_error_get());

@@ -40,6 +40,10 @@ const tdl_param_def_t gfc_params[] = {
      "every collective that includes it fails, naming it (0: no keep-alive; a dead peer is then "
      "found from its connection or its pid on this host, or by gfc-timeout-ms)",
      NULL, 0, 86400000},
+    {"gfc-cma", TDL_PARAM_BOOL, "false",
+     "single-copy transfers (CMA) between ranks of one host: faster for large messages, but a "
+     "rank dying under one can crash its peer inside UCX 1.13 (doc/failures.md)",
+     NULL, 0, 0},
 };
 const size_t gfc_nparams = TDL_ARRAY_SIZE(gfc_params);
 
@@ -74,6 +78,7 @@ tdl_status_t gfc_runtime_config_from_params(const tdl_params_t *params,
     c.idle_sleep_us = tdl_param_int(params, "gfc-idle-sleep-us");
     c.keepalive_ms = tdl_param_int(params, "gfc-keepalive-ms");
     c.dead_after_ms = tdl_param_int(params, "gfc-dead-after-ms");
+    c.cma = tdl_param_bool(params, "gfc-cma");
     if (c.dead_after_ms > 0 && c.dead_after_ms < 3 * c.keepalive_ms)
         return tdl_error_raise(TDL_ERR_INVALID_ARG,
                                "--gfc-dead-after-ms %lld is under 3 x --gfc-keepalive-ms %lld: "
@@ -116,7 +121,7 @@ static tdl_status_t ucx_error(ucs_status_t s, const char *what)
     return tdl_error_raise(TDL_ERR_UCX, "%s: %s", what, ucs_status_string(s));
 }
 
-tdl_status_t gfc_ucx_open(const char *name, bool tuned, ucp_context_h *context_out,
+tdl_status_t gfc_ucx_open(const char *name, bool tuned, bool cma, ucp_context_h *context_out,
                           ucp_worker_h *worker_out)
 {
     ucp_config_t *ucfg;
@@ -139,6 +144,13 @@ tdl_status_t gfc_ucx_open(const char *name, bool tuned, ucp_context_h *context_o
         if (!getenv("UCX_PROTO_ENABLE"))
             (void)ucp_config_modify(ucfg, "PROTO_ENABLE", "y");
     }
+    /* CMA (process_vm_readv, UCX's single copy between processes of one host) to a peer that
+     * died under a transfer trips an assertion inside UCX 1.13 and kills this rank too
+     * (same-host endpoints have no UCX error mode, see gfc_ep_get): left out unless asked for
+     * (--gfc-cma) or UCX_TLS says otherwise. Large messages within a host then take shared
+     * memory's copies. */
+    if (!cma && !getenv("UCX_TLS"))
+        (void)ucp_config_modify(ucfg, "TLS", "^cma");
     ucp_params_t params = {
         .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME,
         .features = UCP_FEATURE_TAG,
@@ -192,7 +204,7 @@ tdl_status_t gfc_runtime_create(const gfc_runtime_config_t *config, gfc_runtime_
         goto err_free;
     }
 
-    if ((st = gfc_ucx_open("tidal-gfc", true, &rt->context, &rt->worker)) != TDL_OK)
+    if ((st = gfc_ucx_open("tidal-gfc", true, rt->config.cma, &rt->context, &rt->worker)) != TDL_OK)
         goto err_free;
     ucp_address_t *addr;
     size_t addr_len;

@@ -71,7 +71,8 @@ tdl_status_t train_job_run(const train_job_opts_t *J, gfc_runtime_t *rt, int ran
     train_members_t *mem = NULL; /* the members, while they can regroup after a death */
     train_ckpt_writer_t *writer = NULL;
     bool stopped = false;
-    int regroups = 0; /* after deaths */
+    int regroups = 0;       /* after deaths */
+    bool regrouped = false; /* no step done since the last one */
     gfc_group_t group, *g = NULL;
     if (size > 1) {
         ranks = malloc((size_t)size * sizeof(int));
@@ -146,6 +147,10 @@ tdl_status_t train_job_run(const train_job_opts_t *J, gfc_runtime_t *rt, int ran
             bool skipped;
             if ((st = train_trainer_step(tr, g, &loss, &skipped)) != TDL_OK)
                 goto failed;
+            if (regrouped && rank == 0)
+                TDL_WARN("training went on: step %lld done by %d members after the regroup",
+                         (long long)s + 1, g->size);
+            regrouped = false;
         } else if (isnan(loss)) {
             loss = train_trainer_last_loss(tr);
         }
@@ -248,6 +253,7 @@ tdl_status_t train_job_run(const train_job_opts_t *J, gfc_runtime_t *rt, int ran
                 goto out;
             }
             regroups++;
+            regrouped = true;
             if (rank == 0) {
                 printf("tidal train: %u of %u ranks lost at step %lld (%s); %u go on from step "
                        "%lld with the same global batch of %d\n",

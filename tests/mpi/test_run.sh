@@ -12,14 +12,7 @@ export OPENBLAS_NUM_THREADS=1
 train="--model tiny --batch 8 --micro-batch 4 --warmup 100 --seed 3"
 
 # two bursts of 12 small requests, 7 s apart
-python3 - "$dir/burst.jsonl" <<'EOF'
-import json, sys
-with open(sys.argv[1], "w") as f:
-    for b, t0 in enumerate((1000, 8000)):
-        for i in range(12):
-            f.write(json.dumps({"at_ms": t0 + 150 * i, "label": i % 10, "n": 1, "resolution": 32,
-                                "steps": 10, "seed": 100 * b + i, "deadline_ms": 4000}) + "\n")
-EOF
+burst_trace "$dir/burst.jsonl"
 tidal_mpirun 4 "$TIDAL" run $train --train-steps 150 --ckpt-every 50 --listen none \
     --trace "$dir/burst.jsonl" --exit-after-trace --out "$dir/run" --max-resolution 32 \
     --progress-every 0 --cooldown 2 >"$dir/run.out" 2>&1

@@ -13,14 +13,7 @@ trap '[ -n "$KEEP" ] || rm -rf "$dir"' EXIT
 export OPENBLAS_NUM_THREADS=1
 train="--model tiny --batch 8 --micro-batch 4 --warmup 100 --seed 3"
 
-python3 - "$dir/burst.jsonl" <<'PY'
-import json, sys
-with open(sys.argv[1], "w") as f:
-    for b, t0 in enumerate((1000, 8000)):
-        for i in range(12):
-            f.write(json.dumps({"at_ms": t0 + 150 * i, "label": i % 10, "n": 1, "resolution": 32,
-                                "steps": 10, "seed": 100 * b + i, "deadline_ms": 4000}) + "\n")
-PY
+burst_trace "$dir/burst.jsonl"
 
 "$TIDAL" train $train --steps 150 --val-every 0 --log-every 25 --ckpt-every 1000 \
     --out "$dir/ref" >"$dir/ref.out" 2>&1

@@ -22,17 +22,6 @@ for i in 0 1 2 3 4 5 6 7; do
 done
 serve="--ckpt $dir/ckpt/model.h5 --trace $dir/trace.jsonl"
 
-# stop_then_kill DIR: once rank 0 has declared the stopped rank dead, SIGKILL it (a stopped
-# process of this test's serve: its arguments name this test's folder)
-stop_then_kill() {
-    n=0
-    while [ $n -lt 200 ] && ! grep -q "is dead (" "$1/serve.out" 2>/dev/null; do
-        sleep 0.1; n=$((n + 1))
-    done
-    for p in `ps -eo pid=,stat=,args= | awk -v d="$dir/ckpt" '$2 ~ /^T/ && index($0, d) { print $1 }'`; do
-        kill -KILL $p
-    done
-}
 
 for sp in 1 2; do
     mkdir "$dir/ref$sp"
@@ -42,7 +31,7 @@ for sp in 1 2; do
     for how in KILL STOP; do
         w="$dir/$how$sp"
         mkdir "$w"
-        [ $how = STOP ] && (stop_then_kill "$w" &)
+        [ $how = STOP ] && (stop_then_kill "$w/serve.out" "is dead (" "$dir/ckpt" &)
         TIDAL_MPIRUN_FLAGS="--enable-recovery" TIDAL_FAULT="serve.chunk:1:3:$how" \
             cluster_serve4 "$w" "$ids" $serve --sp $sp >/dev/null 2>&1
         check "sp$sp, SIG$how of rank 1 at its 3rd chunk: it happened" \

@@ -24,17 +24,6 @@ train4() {
     echo $? >"$dir/$name.rc"
 }
 
-# stop_then_kill NAME: once a survivor has declared the stopped rank dead, SIGKILL it (a stopped
-# process of this test: its arguments name this test's folder)
-stop_then_kill() {
-    n=0
-    while [ $n -lt 300 ] && ! grep -q "declared rank [0-9] dead" "$dir/$1.out" 2>/dev/null; do
-        sleep 0.1; n=$((n + 1))
-    done
-    for p in `ps -eo pid=,stat=,args= | awk -v d="$dir/$1" '$2 ~ /^T/ && index($0, d) { print $1 }'`; do
-        kill -KILL $p
-    done
-}
 
 # same_losses REF NAME TOL: loss.csv of NAME has every step of REF's, each within TOL (relative)
 same_losses() {
@@ -83,7 +72,7 @@ train4 backward train.backward:2:6:KILL
 survived backward ref 1e-5 2 "SIGKILL of rank 2 in the backward pass"
 grep "ranks lost at step" "$dir/backward.out" | sed 's/^/# /'
 
-(stop_then_kill stop &)
+(stop_then_kill "$dir/stop.out" "declared rank [0-9] dead" "$dir/stop" &)
 train4 stop train.backward:2:6:STOP
 survived stop ref 1e-5 2 "SIGSTOP then SIGKILL of rank 2 in the backward pass"
 check "SIGSTOP: the stopped rank is declared dead for its silence" \
