@@ -48,7 +48,7 @@ survived() {
     rc=`cat "$dir/$name.rc"`
     check "$what: it happened" grep -q "TIDAL_FAULT: SIGKILL" "$dir/$name.out"
     check "$what: the job exits 0 (rc=$rc)" [ "$rc" = 0 ]
-    [ "$rc" = 0 ] || grep -E "warn|error" "$dir/$name.out" | tail -n 15 | sed 's/^/# /'
+    [ "$rc" = 0 ] || grep -E "warn|error|tidal(\[[0-9]+\])?: " "$dir/$name.out" | head -n 60 | sed 's/^/# /'
     check "$what: every request of the trace completed" \
         grep -q "trace: 24 requests, 24 done, 0 failed" "$dir/$name.out"
     check "$what: training finished at step 150" \
@@ -65,7 +65,8 @@ survived() {
 
 run4 member train.backward:3:20:KILL
 survived member "SIGKILL of training member 3" 3
-run4 leader train.backward:1:10:KILL
+# the leader at its 3rd step, while all 3 workers still train (before the first burst)
+run4 leader train.backward:1:3:KILL
 survived leader "SIGKILL of the training leader (rank 1)" 1
 run4 two train.backward:2+3:20:KILL
 survived two "SIGKILL of ranks 2 and 3 at once" 2 3

@@ -50,7 +50,7 @@ survived() {
     rc=`cat "$dir/$name.rc"`
     check "$what: it happened" grep -q "TIDAL_FAULT: SIG" "$dir/$name.out"
     check "$what: the job exits 0 (rc=$rc)" [ "$rc" = 0 ]
-    [ "$rc" = 0 ] || grep -E "warn|error|tidal" "$dir/$name.out" | tail -n 15 | sed 's/^/# /'
+    [ "$rc" = 0 ] || grep -E "warn|error|tidal" "$dir/$name.out" | head -n 60 | sed 's/^/# /'
     check "$what: it reached step 12 without a restart" \
         grep -q "^tidal train: 12 steps" "$dir/$name.out"
     for r in $dead; do
