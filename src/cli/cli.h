@@ -69,9 +69,10 @@ int cli_serve_main(tdl_params_t *params, const char *what, const cli_colocate_t 
 
 /* Prints "tidal: <message>" and returns CLI_EXIT_USAGE. */
 int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* The end of MPI for a command: MPI_Finalize, unless a rank died (deaths, from gfc_verdict),
- * when its fence may wait for the dead forever (Open MPI 4.1 under --enable-recovery): every
- * survivor then leaves it out alike, and exits. */
+/* The end of MPI for a command: MPI_Finalize, unless a rank died (deaths, from gfc_verdict)
+ * under a launcher that reads TIDAL_EXIT_DIR (tools/mpirun-recover, the job scripts): the
+ * fence may then wait for the dead forever (Open MPI 4.1 under --enable-recovery), so every
+ * survivor leaves it out alike, and exits. */
 void cli_mpi_end(bool deaths);
 
 #endif /* TIDAL_CLI_H */
