@@ -521,7 +521,7 @@ static bool in_members(const serve_wire_members_t *m, int w)
 
 /* Once every live member of the membership has reported its group failed: the survivors train
  * on together from the state of the one that got furthest. */
-static tdl_status_t try_regroup(coord_t *c, double now)
+static tdl_status_t try_regroup(coord_t *c)
 {
     if (!c->regrouping)
         return TDL_OK;
@@ -563,7 +563,6 @@ static tdl_status_t try_regroup(coord_t *c, double now)
     c->regrouped = true;
     TDL_WARN("training lost ranks %s: %u members go on from step %lld, the state of rank %d",
              lost[0] ? lost : "(none)", next.n, (long long)best, next.root);
-    (void)now;
     for (uint32_t i = 0; i < next.n; i++) {
         c->role[next.ranks[i]] = ROLE_TRAIN;
         tdl_status_t st = send_members(c, next.ranks[i], COORD_CMD_RECOVER, &next);
@@ -596,7 +595,7 @@ tdl_status_t coord_rank_lost(coord_t *c, double now, int w, const char *why)
              "waiting requests whose state it held start again",
              w, why && *why ? why : "declared by gfc", c->cfg.workers - k.lost, c->cfg.workers,
              k.restarts - before);
-    return st == TDL_OK ? try_regroup(c, now) : st;
+    return st == TDL_OK ? try_regroup(c) : st;
 }
 
 tdl_status_t coord_report(coord_t *c, double now, int w, const serve_wire_report_t *r)
@@ -675,7 +674,7 @@ tdl_status_t coord_report(coord_t *c, double now, int w, const serve_wire_report
         c->regrouping = true;
         c->failed[w] = true;
         c->failed_step[w] = r->step;
-        return try_regroup(c, now);
+        return try_regroup(c);
     default:
         return tdl_error_raise(TDL_ERR_CORRUPT, "rank %d sent a report of kind %u", w, r->kind);
     }
