@@ -27,7 +27,7 @@ bm_failover() { # kills of executors and training members at random moments of t
     done
     if [ -z "$bench_norun" ]; then
         work=$(mktemp -d "${TMPDIR:-/tmp}/tidal-failover.XXXXXX")
-        echo "run,command,victim,how,kill_at_s,detect_ms,replace_ms,train_step_ms,requests,done,failed,regroups,orphaned" >"$bench_csv"
+        echo "run,command,victim,how,kill_at_s,detect_ms,replace_ms,train_step_ms,requests,done,failed,regroups,orphaned,affected,extra_ms_max,extra_ms" >"$bench_csv"
         say "training a 2-step checkpoint of the tiny model to serve"
         if ! OPENBLAS_NUM_THREADS=1 "$tidal" train --model tiny --resolution 32 --batch 4 \
             --micro-batch 2 --steps 2 --val-every 0 --out "$work/ckpt" >>"$bench_log" 2>&1; then
@@ -38,9 +38,31 @@ bm_failover() { # kills of executors and training members at random moments of t
 import json, sys
 with open(sys.argv[1], "w") as f:
     for i in range(50):
-        f.write(json.dumps({"at_ms": 120 * i, "label": i % 10, "n": 1, "resolution": 32,
-                            "steps": 8, "sampler": "euler", "seed": i + 1}) + "\n")
+        f.write(json.dumps({"at_ms": 120 * i, "id": f"q{i}", "label": i % 10, "n": 1,
+                            "resolution": 32, "steps": 8, "sampler": "euler",
+                            "seed": i + 1}) + "\n")
 PY
+        # failover_job KIND OUT: the job of a run (tidal serve or tidal run) writing into OUT, in
+        # the background; $job its pid
+        failover_job() {
+            local args=(serve --ckpt "$work/ckpt/model.h5" --max-resolution 32)
+            [ "$1" = run ] && args=(run --model tiny --batch 8 --micro-batch 4 --seed 3
+                --train-steps 120 --ckpt-every 50 --max-resolution 32 --cooldown 1 --out "$2")
+            mkdir -p "$2"
+            TIDAL_LOG_CLOCK=unix TIDAL_LAUNCH="$top/tools/mpirun-recover" \
+                TIDAL_TEST_TIMEOUT=180 TIDAL_MPIRUN_FLAGS="-x TIDAL_LOG_CLOCK" \
+                tidal_mpirun 4 "$tidal" "${args[@]}" --request-log "$2/requests.jsonl" \
+                --listen none --trace "$work/trace.jsonl" --exit-after-trace \
+                --progress-every 0 >"$2.log" 2>&1 &
+            job=$!
+        }
+        # each request's latency without a failure, to set the affected ones' against
+        for kind in serve run; do
+            say "tidal $kind without a failure: the latencies to compare with"
+            failover_job $kind "$work/base-$kind"
+            wait $job || bench_failed+=("tidal $kind without a failure exited $?")
+            cat "$work/base-$kind.log" >>"$bench_log"
+        done
         for i in $(seq 1 "$kills"); do
             # half the kills in each command; every third a SIGSTOP (found by its silence)
             kind=serve; [ $((i % 2)) = 0 ] && kind=run
@@ -48,18 +70,8 @@ PY
             victim=$((1 + RANDOM % 3))
             at=$(awk -v r=$RANDOM 'BEGIN { printf "%.2f", 1.0 + 3.0 * r / 32767 }')
             local out=$work/run$i
-            mkdir -p "$out"
-            # each names $out, by which the victim is found
-            local args=(serve --ckpt "$work/ckpt/model.h5" --max-resolution 32
-                --request-log "$out/requests.jsonl")
-            [ $kind = run ] && args=(run --model tiny --batch 8 --micro-batch 4 --seed 3
-                --train-steps 120 --ckpt-every 50 --max-resolution 32 --cooldown 1 --out "$out")
             say "kill $i of $kills: tidal $kind, SIG$how of rank $victim at ${at} s"
-            TIDAL_LOG_CLOCK=unix TIDAL_LAUNCH="$top/tools/mpirun-recover" \
-                TIDAL_TEST_TIMEOUT=180 TIDAL_MPIRUN_FLAGS="-x TIDAL_LOG_CLOCK" \
-                tidal_mpirun 4 "$tidal" "${args[@]}" --listen none --trace "$work/trace.jsonl" \
-                --exit-after-trace --progress-every 0 >"$out.log" 2>&1 &
-            job=$!
+            failover_job $kind "$out" # it names $out, by which the victim is found
             # the trace starts when rank 0 says it replays it
             local n=0
             until grep -q "replaying" "$out.log" 2>/dev/null || [ $n -ge 600 ]; do
@@ -84,9 +96,10 @@ PY
             [ -n "$pid" ] || { bench_failed+=("kill $i: no rank $victim to kill"); continue; }
             [ $rc = 0 ] || bench_failed+=("kill $i: tidal $kind exited $rc")
             /usr/bin/python3 - "$out.log" "$t_kill" "$i" "$kind" "$victim" "$how" "$at" \
+                "$out/requests.jsonl" "$work/base-$kind/requests.jsonl" \
                 >>"$bench_csv" 2>>"$bench_log" <<'PY'
-import re, sys
-log, t_kill, i, kind, victim, how, at = sys.argv[1:8]
+import json, re, sys
+log, t_kill, i, kind, victim, how, at, reqs, base = sys.argv[1:10]
 t_kill = float(t_kill)
 def first(pattern):
     for line in open(log, errors="replace"):
@@ -97,48 +110,77 @@ def first(pattern):
 text = open(log, errors="replace").read()
 detect = first(rf"declared rank {victim} dead")
 replace = first(r"placed again on executor ranks")
-step = first(r"training went on: step")
+step = first(r"training went on: step|training starts again on ranks")
 m = re.search(r"trace: (\d+) requests, (\d+) done, (\d+) failed", text)
 req, done, failed = (m.groups() if m else ("", "", ""))
 regroups = len(re.findall(r"training lost ranks", text))
 orphaned = int("training lost every member" in text)
+# the requests that started again (the coordinator numbers them from 1, the log from 0), each
+# one's latency against the same request's in the run without a failure
+def latencies(path):
+    try:
+        return {json.loads(l)["seq"]: json.loads(l) for l in open(path) if l.strip()}
+    except OSError:
+        return {}
+run, ref = latencies(reqs), {r["id"]: r for r in latencies(base).values()}
+hit = {int(n) - 1 for n in re.findall(r"request (\d+) placed again", text)}
+extra = [(run[s]["latency_s"] - ref[run[s]["id"]]["latency_s"]) * 1e3
+         for s in sorted(hit) if s in run and run[s]["id"] in ref and run[s]["ok"]]
 f = lambda v: "" if v is None else f"{v:.1f}"
 print(f"{i},{kind},{victim},{how},{at},{f(detect)},{f(replace)},{f(step)},{req},{done},{failed},"
-      f"{regroups},{orphaned}")
+      f"{regroups},{orphaned},{len(hit)},{f(max(extra) if extra else None)},"
+      f"{';'.join(f'{e:.1f}' for e in extra)}")
 PY
         done
         rm -rf "$work"
     fi
     bench_ran_nps=4
     bench_launch="tools/mpirun-recover -np 4 (rank 0 coordinates, 3 workers), on this machine: one host, 4 ranks sharing its cores (not an emulated cluster); $kills kills, alternately of tidal serve and tidal run (120 training steps of the tiny DiT, batch 8), under a trace of 50 requests at 120 ms; the victim (rank 1-3) and the moment (1-4 s into the trace) at random; every third a SIGSTOP, then SIGKILL once declared dead"
-    # quantiles of a column over the rows that have it
-    q() { awk -F, -v c="$1" -v p="$2" -v k="${3:-}" 'NR > 1 && $c != "" && (k == "" || $2 == k) { v[n++] = $c }
-        END { if (!n) exit; asort(v); i = int(p * n + 0.999999); if (i < 1) i = 1; if (i > n) i = n; printf "%.1f", v[i] }' "$bench_csv"; }
-    bench_headline detect_ms_p50 "$(q 6 0.5)"
-    bench_headline detect_ms_p95 "$(q 6 0.95)"
-    bench_headline detect_ms_p95_stop "$(awk -F, 'NR > 1 && $4 == "STOP" && $6 != "" { v[n++] = $6 } END { if (!n) exit; asort(v); i = int(0.95 * n + 0.999999); if (i > n) i = n; printf "%.1f", v[i] }' "$bench_csv")"
-    bench_headline replace_ms_p50 "$(q 7 0.5)"
-    bench_headline replace_ms_p95 "$(q 7 0.95)"
-    bench_headline train_step_ms_p50 "$(q 8 0.5)"
-    bench_headline train_step_ms_p95 "$(q 8 0.95)"
-    # recovery: a kill's re-placed task (serving) or first training step after it, whichever
-    # the kill hit; the later of the two where it hit both
-    bench_headline recover_ms_p95 "$(awk -F, 'NR > 1 { r = ($7 != "" && $7 > $8) ? $7 : $8; if (r == "") r = $7; if (r != "") v[n++] = r }
-        END { if (!n) exit; asort(v); i = int(0.95 * n + 0.999999); if (i > n) i = n; printf "%.1f", v[i] }' "$bench_csv")"
-    bench_headline requests_lost "$(awk -F, 'NR > 1 && $9 != "" { lost += $9 - $10 } END { print lost + 0 }' "$bench_csv")"
-    bench_headline requests_failed "$(awk -F, 'NR > 1 { f += $11 } END { print f + 0 }' "$bench_csv")"
-    bench_headline training_restarts "$(awk -F, 'NR > 1 { o += $13 } END { print o + 0 }' "$bench_csv")"
-    bench_headline kills_measured "$(awk -F, 'NR > 1 && $6 != "" { n++ } END { print n + 0 }' "$bench_csv")"
+    # the headline figures, from the rows: quantiles over the runs that have the column
+    local k v
+    while read -r k v; do bench_headline "$k" "$v"; done < <(/usr/bin/python3 - "$bench_csv" <<'PY'
+import csv, math, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+def num(r, c):
+    return float(r[c]) if r.get(c) not in (None, "") else None
+def q(vals, p):  # the p-quantile, nearest rank
+    vals = sorted(v for v in vals if v is not None)
+    return f"{vals[min(len(vals), max(1, math.ceil(p * len(vals)))) - 1]:.1f}" if vals else "n/a"
+col = lambda c, keep=lambda r: True: [num(r, c) for r in rows if keep(r)]
+print("detect_ms_p50", q(col("detect_ms"), 0.5))
+print("detect_ms_p95", q(col("detect_ms"), 0.95))
+print("detect_ms_p95_stop", q(col("detect_ms", lambda r: r["how"] == "STOP"), 0.95))
+print("replace_ms_p50", q(col("replace_ms"), 0.5))
+print("replace_ms_p95", q(col("replace_ms"), 0.95))
+print("train_step_ms_p50", q(col("train_step_ms"), 0.5))
+print("train_step_ms_p95", q(col("train_step_ms"), 0.95))
+# recovery: the kill's re-placed task (serving) or first training step after it, whichever it
+# hit; the later of the two where it hit both
+rec = [max(v for v in (num(r, "replace_ms"), num(r, "train_step_ms")) if v is not None)
+       for r in rows if num(r, "replace_ms") is not None or num(r, "train_step_ms") is not None]
+print("recover_ms_p95", q(rec, 0.95))
+extra = [float(e) for r in rows for e in r["extra_ms"].split(";") if e]
+print("affected_requests", len(extra))
+print("affected_extra_latency_ms_p50", q(extra, 0.5))
+print("affected_extra_latency_ms_p95", q(extra, 0.95))
+print("requests_lost", sum(int(r["requests"]) - int(r["done"]) - int(r["failed"])
+                           for r in rows if r["requests"]))
+print("requests_failed", sum(int(r["failed"] or 0) for r in rows))
+print("training_restarts", sum(int(r["orphaned"] or 0) for r in rows))
+print("kills_measured", sum(num(r, "detect_ms") is not None for r in rows))
+PY
+)
     bench_target "a dead or stopped rank declared dead (p95)" detect_ms_p95 '<=' 2000
     bench_target "recovery: the first re-placed task or training step after the kill (p95); the issue allows 2 s + one training step" recover_ms_p95 '<=' 2200
     bench_target "requests lost" requests_lost '<=' 0
     bench_target "training restarts (from a checkpoint)" training_restarts '<=' 0
-    bench_table run command victim how kill_at_s detect_ms replace_ms train_step_ms requests done failed regroups
+    bench_table run command victim how kill_at_s detect_ms replace_ms train_step_ms requests done failed regroups affected extra_ms_max
     bench_note "detect_ms: from the kill (the script's clock) to the first rank's line 'declared rank R dead' (TIDAL_LOG_CLOCK=unix, the same clock);" \
         "replace_ms: to the coordinator's first 'request N placed again' (only when the victim held a request);" \
-        "train_step_ms: to the first training step done after the regroup (tidal run, only when the victim trained);" \
-        "requests_lost = requests of the trace neither done nor failed; training_restarts = runs where every training member died and training stood still." \
-        "The extra latency of the affected requests is not measured yet. The recovery target is taken as 2200 ms: 2 s plus a step of the tiny model (under 200 ms here)."
+        "train_step_ms: to the first training step done after the regroup, or to training taken up again from a checkpoint (tidal run, only when the victim trained);" \
+        "requests_lost = requests of the trace neither done nor failed; training_restarts = runs where every training member died, so that serving ranks took training up again from its newest checkpoint." \
+        "affected: the requests that started again from their seed because the victim held their state; extra_ms: each one's latency less that of the same request in a run of the same command without a failure (affected_extra_latency_ms_p50/p95 over all of them; a handful per run, so the p95 of a --quick run is its worst)." \
+        "The recovery target is taken as 2200 ms: 2 s plus a step of the tiny model (under 200 ms here)."
     bench_plot <<GP
 set datafile separator ","
 set key top left

@@ -171,6 +171,10 @@ void coord_colocate_finish(coord_colocate_t *k, coord_t *c, serve_queue_t *q, do
     printf("tidal run: training: %lld steps in this job, %.1f images/s over %.1f s\n",
            (long long)(t.step - t.first_step),
            elapsed > 0 ? (double)(t.step - t.first_step) * k->o.batch / elapsed : 0.0, elapsed);
+    if (t.regroups || t.restarts)
+        printf("tidal run: training lost members: it went on without them %d time%s, and took "
+               "up again from a checkpoint %d time%s after every member died\n",
+               t.regroups, t.regroups == 1 ? "" : "s", t.restarts, t.restarts == 1 ? "" : "s");
     char cmd[4096];
     snprintf(cmd, sizeof(cmd),
              "gnuplot -e \"set terminal png size 1000,700; set output '%s/timeline.png'; "

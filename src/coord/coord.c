@@ -78,7 +78,7 @@ struct coord {
     bool regrouping, orphaned, regrouped; /* regrouped: no step reported since the last one */
     bool failed[SERVE_WIRE_MAX_WORKERS + 1];
     int64_t failed_step[SERVE_WIRE_MAX_WORKERS + 1];
-    int regroups;
+    int regroups, restarts; /* restarts: training taken up again from a checkpoint */
 };
 
 static bool guided(const serve_traj_spec_t *s)
@@ -430,15 +430,43 @@ double coord_backlog_s(const coord_t *c, double now, int queued)
 /* ---- co-location ------------------------------------------------------------------------------
  */
 
+/* Training lost every member: the ranks of `next` (idle serving ones) take it up again from the
+ * newest checkpoint in the run's folder, or from the start, each loading it itself. */
+static tdl_status_t restart_training(coord_t *c, serve_wire_members_t *next, double now)
+{
+    next->root = next->ranks[0];
+    c->orphaned = false;
+    c->restarts++;
+    c->decided_at = now;
+    c->decided_after_start = false; /* not a move of a step's budget */
+    c->flight_open = false;
+    c->m = *next;
+    char ranks[256] = "";
+    size_t used = 0;
+    for (uint32_t i = 0; i < next->n; i++)
+        used += (size_t)snprintf(ranks + used, used < sizeof(ranks) ? sizeof(ranks) - used : 0,
+                                 "%s%d", i ? ", " : "", next->ranks[i]);
+    TDL_WARN("training starts again on ranks %s from %s (restart %d)", ranks,
+             c->latest[0] ? c->latest : "its first step (no checkpoint yet)", c->restarts);
+    for (uint32_t i = 0; i < next->n; i++) {
+        tdl_status_t st = send_members(c, next->ranks[i], COORD_CMD_RESTART, next);
+        if (st != TDL_OK)
+            return st;
+    }
+    return TDL_OK;
+}
+
 /* Moves ranks toward `target` serving ones: one resize at a time. */
 static tdl_status_t reallocate(coord_t *c, int serving, int target, double now)
 {
     serve_wire_members_t next = c->m;
     next.epoch++;
-    int leader = c->m.ranks[0];
+    int leader = c->m.n ? c->m.ranks[0] : 0; /* none: every member died (orphaned) */
     next.root = leader;
     int moved = 0;
-    if (target > serving) { /* the last members leave; the leader stays */
+    if (target > serving && c->orphaned) {
+        return TDL_OK; /* nothing trains: nothing to move */
+    } else if (target > serving) { /* the last members leave; the leader stays */
         while (serving + moved < target && next.n > 1) {
             int r = next.ranks[--next.n];
             c->role[r] = ROLE_TO_SERVE;
@@ -471,6 +499,8 @@ static tdl_status_t reallocate(coord_t *c, int serving, int target, double now)
             return TDL_OK;
         c->pending = moved;
         c->moves_to_train += moved;
+        if (c->orphaned) /* no member holds the state: the joiners start from the checkpoint */
+            return restart_training(c, &next, now);
         for (uint32_t i = 0; i < next.n; i++)
             if (c->role[next.ranks[i]] == ROLE_TO_TRAIN) {
                 tdl_status_t st = send_members(c, next.ranks[i], COORD_CMD_JOIN, &next);
@@ -548,9 +578,9 @@ static tdl_status_t try_regroup(coord_t *c)
     if (next.n == 0) {
         c->orphaned = true;
         c->m.n = 0;
-        TDL_WARN("training lost every member (ranks %s): it stands still; serving goes on, and "
-                 "training resumes from %s at the next start",
-                 lost, c->latest[0] ? c->latest : "its start (no checkpoint yet)");
+        TDL_WARN("training lost every member (ranks %s): serving goes on, and training starts "
+                 "again from %s once a serving rank is free",
+                 lost, c->latest[0] ? c->latest : "its first step (no checkpoint yet)");
         return TDL_OK;
     }
     /* moves to training become members; moves to serving still report when they leave */
@@ -701,7 +731,7 @@ tdl_status_t coord_tick(coord_t *c, double now, int queued)
                                    coord_sched_policy_name(c->sched), live);
         return TDL_OK;
     }
-    if (c->pending > 0 || c->regrouping || c->orphaned || now - c->last_decide < 0.02 || c->done)
+    if (c->pending > 0 || c->regrouping || now - c->last_decide < 0.02 || c->done)
         return TDL_OK;
     c->last_decide = now;
     int serving = 0, lost = 0;
@@ -771,6 +801,7 @@ void coord_training_get(const coord_t *c, coord_training_t *out)
                               .moves_to_serve = c->moves_to_serve,
                               .moves_to_train = c->moves_to_train,
                               .regroups = c->regroups,
+                              .restarts = c->restarts,
                               .orphaned = c->orphaned};
 }
 

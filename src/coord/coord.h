@@ -42,7 +42,9 @@ typedef enum {
     COORD_CMD_JOIN,     /* to a serving worker: join training with this membership */
     COORD_CMD_RELOAD,   /* to a serving worker: serve the weights of this checkpoint */
     COORD_CMD_RECOVER,  /* to a member whose group lost a rank: train on in this membership */
-    COORD_CMD_LEAVE     /* to a member whose group lost a rank: leave training and serve */
+    COORD_CMD_LEAVE,    /* to a member whose group lost a rank: leave training and serve */
+    COORD_CMD_RESTART   /* to a serving worker, once every member died: train in this membership
+                         * from the newest checkpoint (or the start) */
 } coord_cmd_kind_t;
 
 /* A command; pointers in it stay valid until the next coord_command_next. */
@@ -50,7 +52,7 @@ typedef struct coord_cmd {
     coord_cmd_kind_t kind;
     uint64_t request; /* TASK, ANSWER: the request's number (0, 1, ... in order of arrival) */
     void *handle;     /* TASK, ANSWER: the caller's handle, as it gave it at arrival */
-    int worker;       /* RESIZE, JOIN, RELOAD, RECOVER, LEAVE: the world rank it goes to */
+    int worker; /* RESIZE, JOIN, RELOAD, RECOVER, LEAVE, RESTART: the world rank it goes to */
     /* TASK: the request, and the task as executors take it (world ranks) */
     const serve_traj_spec_t *spec;
     serve_task_cmd_t task;
@@ -61,7 +63,7 @@ typedef struct coord_cmd {
     void *result; /* what coord_task_finished passed with the DECODE (the PNG) */
     size_t result_len;
     const char *why; /* of a failure */
-    /* RESIZE, JOIN, RECOVER */
+    /* RESIZE, JOIN, RECOVER, RESTART */
     serve_wire_members_t members;
     /* RELOAD */
     const char *path;
@@ -78,7 +80,9 @@ typedef struct coord_training {
     int serving, training;    /* ranks in each role now (moving ones excluded) */
     int moves_to_serve, moves_to_train;
     int regroups;             /* times training went on without members that died */
-    bool orphaned;            /* every training member died: training stands still */
+    int restarts;             /* times every member died and serving ranks took it up again from
+                               * the newest checkpoint */
+    bool orphaned;            /* every training member died, and no rank has taken it up yet */
 } coord_training_t;
 
 /* Moves to serving, timed from the decision to the rank's report that it serves. */

@@ -163,9 +163,11 @@ static tdl_status_t take_commands(rank0_t *r)
         case COORD_CMD_RESIZE:
         case COORD_CMD_JOIN:
         case COORD_CMD_RECOVER:
+        case COORD_CMD_RESTART:
             s = serve_wire_members_encode(cmd->kind == COORD_CMD_JOIN      ? SERVE_OP_JOIN
                                           : cmd->kind == COORD_CMD_RESIZE ? SERVE_OP_RESIZE
-                                                                          : SERVE_OP_RECOVER,
+                                          : cmd->kind == COORD_CMD_RESTART ? SERVE_OP_RESTART
+                                                                           : SERVE_OP_RECOVER,
                                           &cmd->members, &msg);
             if (s == TDL_OK)
                 s = serve_dispatcher_send(r->d, cmd->worker, &msg);
@@ -455,7 +457,7 @@ tdl_status_t coord_rank0_run(const coord_rank0_opts_t *o, int world, dit_model_t
         if (r.co)
             coord_training_get(r.co, &t);
         if (o->exit_after_trace && trace_over && k->done + k->failed >= k->submitted &&
-            (!t.colocated || t.done || t.orphaned)) {
+            (!t.colocated || t.done || (t.orphaned && t.serving == 0))) {
             why = "the trace is done";
             break;
         }
@@ -464,7 +466,7 @@ tdl_status_t coord_rank0_run(const coord_rank0_opts_t *o, int world, dit_model_t
     coord_training_t t = {0};
     if (r.co)
         coord_training_get(r.co, &t);
-    if (t.orphaned) /* serving went on; the job did not do its training */
+    if (t.orphaned) /* no rank was left to take training up again */
         st = tdl_error_raise(TDL_ERR_PEER,
                              "training lost every member at step %lld and stood still; resume it "
                              "from %s",

@@ -147,6 +147,29 @@ static tdl_status_t reload(dit_model_t *serve, const char *path)
     return st;
 }
 
+/* Training from the newest checkpoint of the run's folder, or from its first step where there is
+ * none: a fresh trainer, so nothing of what this rank trained before stays. */
+static tdl_status_t restart(worker_t *k, train_trainer_t **tr, bool leader)
+{
+    train_trainer_free(*tr);
+    *tr = NULL;
+    char from[1024] = "";
+    tdl_status_t st = train_trainer_create(&k->o->train, tr);
+    if (st == TDL_OK)
+        st = train_checkpoint_resume_auto(*tr, k->o->ckpt_dir, false, from, sizeof(from));
+    if (st == TDL_ERR_NOT_FOUND) /* no checkpoint yet: the first step */
+        st = TDL_OK, from[0] = '\0';
+    if (st != TDL_OK)
+        return tdl_error_raise(st, "rank %d: training cannot start again: %s", k->me,
+                               tdl_error_get());
+    if (leader) {
+        printf("tidal run: training starts again from %s at step %lld\n",
+               from[0] ? from : "its first step", (long long)train_trainer_steps_done(*tr));
+        fflush(stdout);
+    }
+    return TDL_OK;
+}
+
 tdl_status_t coord_worker_run(const coord_worker_opts_t *o, gfc_runtime_t *rt, int me, int world,
                               dit_model_t *serve_model)
 {
@@ -194,6 +217,11 @@ tdl_status_t coord_worker_run(const coord_worker_opts_t *o, gfc_runtime_t *rt, i
         } else if (msg.op == SERVE_OP_JOIN) {
             if ((st = members_decode(&k, &msg, &mem)) == TDL_OK)
                 serving = false, sync = true, joined = true;
+        } else if (msg.op == SERVE_OP_RESTART) {
+            /* every member died: each joiner loads the newest checkpoint itself */
+            if ((st = members_decode(&k, &msg, &mem)) == TDL_OK &&
+                (st = restart(&k, &tr, mem.ranks[0] == me)) == TDL_OK)
+                serving = false, sync = false, joined = true;
         } else if (msg.op == SERVE_OP_RELOAD) {
             char path[SERVE_USER_BYTES + 1];
             if ((st = serve_wire_reload_decode(&msg, path)) != TDL_OK)
@@ -205,7 +233,12 @@ tdl_status_t coord_worker_run(const coord_worker_opts_t *o, gfc_runtime_t *rt, i
                 tdl_error_raise(TDL_ERR_INTERNAL, "rank %d: command %u it cannot take", me, msg.op);
         }
     }
-    if (st != TDL_OK && k.w) { /* rank 0 ends the job, naming this rank and why */
+    if (st != TDL_OK && !gfc_peer_alive(rt, 0)) /* no one is left to tell */
+        st = tdl_error_raise(st,
+                             "rank 0, the coordinator, died (%s): the job ends; training "
+                             "resumes from the newest checkpoint in %s at the next start",
+                             gfc_peer_why(rt, 0), o->ckpt_dir);
+    else if (st != TDL_OK && k.w) { /* rank 0 ends the job, naming this rank and why */
         char why[sizeof(((serve_wire_report_t *)0)->path)];
         snprintf(why, sizeof(why), "%s", tdl_error_get());
         tdl_status_t keep = st;

@@ -35,7 +35,7 @@ const tdl_param_def_t gfc_params[] = {
      "each rank tells every peer this often that it is alive (a thread of its own, whatever the "
      "rank is doing)",
      NULL, 10, 60000},
-    {"gfc-dead-after-ms", TDL_PARAM_INT, "2000",
+    {"gfc-dead-after-ms", TDL_PARAM_INT, "1500",
      "a peer not heard from for this long (killed, stopped, hung, cut off) is declared dead and "
      "every collective that includes it fails, naming it (0: no keep-alive; a dead peer is then "
      "found from its connection or its pid on this host, or by gfc-timeout-ms)",
@@ -58,7 +58,7 @@ void gfc_runtime_config_default(gfc_runtime_config_t *config_out)
     c.ring_chunk_bytes = 256 << 10;
     c.ring_codec_chunk_bytes = 256 << 10;
     c.keepalive_ms = 200;
-    c.dead_after_ms = 2000;
+    c.dead_after_ms = 1500;
     *config_out = c;
 }
 
