@@ -15,6 +15,12 @@ bm_failover() { # kills of executors and training members at random moments of t
     bench_build src/tidal
     local tidal=$builddir/src/tidal work kills=20 i kind victim at how t_kill pid job rc seed=7
     [ -n "$quick" ] && kills=6
+    # rank 0 and an executor on h0, two executors on h1: a victim on h1 is found from its
+    # connection or its silence, as on a cluster, since rank 0's host cannot look up its process
+    local np=4
+    bench_cluster_default "2x2/1gbit"
+    [ -n "$bench_cluster" ] && np=$(bench_cluster_np "$bench_cluster") && bench_cluster_note "$bench_cluster"
+    [ "$np" -ge 3 ] || die "failover: a layout of at least 3 ranks (rank 0 and two executors)"
     set -- "${bench_extra[@]}"
     while [ $# -gt 0 ]; do
         case $1 in
@@ -33,13 +39,14 @@ bm_failover() { # kills of executors and training members at random moments of t
             --micro-batch 2 --steps 2 --val-every 0 --out "$work/ckpt" >>"$bench_log" 2>&1; then
             bench_failed+=("tidal train"); return 0
         fi
-        # a steady trace: a request every 120 ms for 6 s
+        # a steady trace that keeps about two of the three executors busy: a request of 16 steps
+        # every 30 ms for 4.5 s
         /usr/bin/python3 - "$work/trace.jsonl" <<'PY'
 import json, sys
 with open(sys.argv[1], "w") as f:
-    for i in range(50):
-        f.write(json.dumps({"at_ms": 120 * i, "id": f"q{i}", "label": i % 10, "n": 1,
-                            "resolution": 32, "steps": 8, "sampler": "euler",
+    for i in range(150):
+        f.write(json.dumps({"at_ms": 30 * i, "id": f"q{i}", "label": i % 10, "n": 1,
+                            "resolution": 32, "steps": 16, "sampler": "euler",
                             "seed": i + 1}) + "\n")
 PY
         # failover_job KIND OUT: the job of a run (tidal serve or tidal run) writing into OUT, in
@@ -47,11 +54,18 @@ PY
         failover_job() {
             local args=(serve --ckpt "$work/ckpt/model.h5" --max-resolution 32)
             [ "$1" = run ] && args=(run --model tiny --batch 8 --micro-batch 4 --seed 3
-                --train-steps 120 --ckpt-every 50 --max-resolution 32 --cooldown 1 --out "$2")
+                --train-steps 120 --ckpt-every 50 --max-resolution 32 --cooldown 1 --min-train 2
+                --out "$2")
             mkdir -p "$2"
+            local launch=(tidal_mpirun) ml
+            if [ -n "$bench_cluster" ]; then # tidal_mpirun inside the cluster, its hosts' slots
+                ml="MPIRUN=$(printf %q "$MPIRUN"); $(declare -f tidal_mpirun); tidal_mpirun \"\$@\""
+                # shellcheck disable=SC2046
+                launch=("$top/tools/cluster" $(bench_cluster_opts "$bench_cluster") -- bash -c "$ml" _)
+            fi
             TIDAL_LOG_CLOCK=unix TIDAL_LAUNCH="$top/tools/mpirun-recover" \
                 TIDAL_TEST_TIMEOUT=180 TIDAL_MPIRUN_FLAGS="-x TIDAL_LOG_CLOCK" \
-                tidal_mpirun 4 "$tidal" "${args[@]}" --request-log "$2/requests.jsonl" \
+                "${launch[@]}" "$np" "$tidal" "${args[@]}" --request-log "$2/requests.jsonl" \
                 --listen none --trace "$work/trace.jsonl" --exit-after-trace \
                 --progress-every 0 >"$2.log" 2>&1 &
             job=$!
@@ -67,7 +81,7 @@ PY
             # half the kills in each command; every third a SIGSTOP (found by its silence)
             kind=serve; [ $((i % 2)) = 0 ] && kind=run
             how=KILL; [ $((i % 3)) = 0 ] && how=STOP
-            victim=$((1 + RANDOM % 3))
+            victim=$((1 + RANDOM % (np - 1)))
             at=$(awk -v r=$RANDOM 'BEGIN { printf "%.2f", 1.0 + 3.0 * r / 32767 }')
             local out=$work/run$i
             say "kill $i of $kills: tidal $kind, SIG$how of rank $victim at ${at} s"
@@ -134,8 +148,10 @@ PY
         done
         rm -rf "$work"
     fi
-    bench_ran_nps=4
-    bench_launch="tools/mpirun-recover -np 4 (rank 0 coordinates, 3 workers), on this machine: one host, 4 ranks sharing its cores (not an emulated cluster); $kills kills, alternately of tidal serve and tidal run (120 training steps of the tiny DiT, batch 8), under a trace of 50 requests at 120 ms; the victim (rank 1-3) and the moment (1-4 s into the trace) at random; every third a SIGSTOP, then SIGKILL once declared dead"
+    bench_ran_nps=$np
+    local where="on this machine: one host, $np ranks sharing its cores (not an emulated cluster)"
+    [ -n "$bench_cluster" ] && where="on the emulated cluster $bench_cluster (rank 0 on h0; the layout line below)"
+    bench_launch="tools/mpirun-recover -np $np (rank 0 coordinates, $((np - 1)) workers), $where; $kills kills, alternately of tidal serve and tidal run (120 training steps of the tiny DiT, batch 8, --min-train 2 so that no single death leaves training without a member), under a trace of 150 requests of 16 steps at 30 ms; the victim (rank 1-$((np - 1))) and the moment (1-4 s into the trace) at random; every third a SIGSTOP, then SIGKILL once declared dead"
     # the headline figures, from the rows: quantiles over the runs that have the column
     local k v
     while read -r k v; do bench_headline "$k" "$v"; done < <(/usr/bin/python3 - "$bench_csv" <<'PY'
@@ -178,7 +194,7 @@ PY
     bench_note "detect_ms: from the kill (the script's clock) to the first rank's line 'declared rank R dead' (TIDAL_LOG_CLOCK=unix, the same clock);" \
         "replace_ms: to the coordinator's first 'request N placed again' (only when the victim held a request);" \
         "train_step_ms: to the first training step done after the regroup, or to training taken up again from a checkpoint (tidal run, only when the victim trained);" \
-        "requests_lost = requests of the trace neither done nor failed; training_restarts = runs where every training member died, so that serving ranks took training up again from its newest checkpoint." \
+        "requests_lost = requests of the trace neither done nor failed; training_restarts = runs where every training member died, so that serving ranks took training up again from its newest checkpoint (tidal run keeps two members here, --min-train 2: with the default 1, a kill of the lone member is such a restart, tests/mpi/test_run_failover.sh)." \
         "affected: the requests that started again from their seed because the victim held their state; extra_ms: each one's latency less that of the same request in a run of the same command without a failure (affected_extra_latency_ms_p50/p95 over all of them; a handful per run, so the p95 of a --quick run is its worst)." \
         "The recovery target is taken as 2200 ms: 2 s plus a step of the tiny model (under 200 ms here)."
     bench_plot <<GP

@@ -14,6 +14,8 @@
 #                        --kill-on-bad-exit=0, mpirun --enable-recovery); the job's status is
 #                        then rank 0's exit code, which each rank leaves in a folder of the
 #                        launch (TIDAL_EXIT_DIR, doc/failures.md); 0: the first death ends it
+#   TIDAL_RECOVER_GRACE  seconds a launch may go on once rank 0 has ended, before SIGTERM
+#                        (default 10): a launcher can wait for ever on a dead rank's node
 
 tidal_job_log() { printf 'tidal-job[%s]: %s\n' "${SLURM_JOB_ID:-local}" "$*"; }
 tidal_job_die() { printf 'tidal-job[%s]: error: %s\n' "${SLURM_JOB_ID:-local}" "$*" >&2; exit "${2:-2}"; }
@@ -212,15 +214,34 @@ tidal_job_forward() {
 # tidal_job_stop PID: ask one launch to stop as on SIGUSR1 (the hetjob's server, after training).
 tidal_job_stop() { kill -s USR1 "$1" 2>/dev/null; }
 
+# tidal_job_watch PID DIR: once rank 0 has left its code in DIR, the launch PID gets
+# TIDAL_RECOVER_GRACE seconds (default 10) to end, then SIGTERM: after a rank on another node
+# died, Open MPI 4.1's mpirun --enable-recovery can wait for ever once every rank has exited
+# (tools/mpirun-recover does the same).
+tidal_job_watch() {
+    local n=0 grace=${TIDAL_RECOVER_GRACE:-10}
+    while kill -0 "$1" 2>/dev/null && [ ! -f "$2/exit.0" ]; do sleep 0.5; done
+    while kill -0 "$1" 2>/dev/null && [ $n -lt $((grace * 2)) ]; do sleep 0.5; n=$((n + 1)); done
+    if kill -0 "$1" 2>/dev/null; then
+        tidal_job_log "the launcher still waits $grace s after rank 0 ended: stopping it"
+        kill -TERM "$1" 2>/dev/null
+    fi
+}
+
 # tidal_job_wait PID: waits for one launch, through any number of forwarded signals; its status.
 tidal_job_wait() {
-    local rc
+    local rc watch=""
+    if [ -n "${TIDAL_JOB_EXIT_DIRS[$1]:-}" ]; then
+        tidal_job_watch "$1" "${TIDAL_JOB_EXIT_DIRS[$1]}" &
+        watch=$!
+    fi
     while :; do
         TIDAL_JOB_GOT=0
         wait "$1"
         rc=$?
         # a wait cut short by a trap: wait again (bash keeps the status of a finished child)
         if [ "$TIDAL_JOB_GOT" != 1 ]; then
+            [ -n "$watch" ] && kill "$watch" 2>/dev/null
             tidal_job_status "$1" "$rc"
             return
         fi

@@ -48,6 +48,8 @@ static tdl_status_t lead(train_trainer_t *tr, const train_elastic_opts_t *o,
     /* a resize first, even after the last step: joiners are waiting for it */
     if (st == TDL_OK)
         st = ops->poll(ops->user, dec);
+    if (st == TDL_OK && dec->op == TRAIN_ELASTIC_RESIZE)
+        tdl_fault_point("train.resize"); /* the leader holds a resize no one else knows yet */
     if (st == TDL_OK && dec->op == TRAIN_ELASTIC_GO_ON && finished) {
         dec->op = TRAIN_ELASTIC_DONE;
         st = ops->report(ops->user, TRAIN_EVENT_DONE, step, NAN, members, NULL);

@@ -2,12 +2,13 @@
 # A training member that dies does not end `tidal run`: on 4 ranks (the coordinator and 3
 # workers) under tools/mpirun-recover, with a bursty trace moving ranks between training and
 # serving, TIDAL_FAULT kills a member in its backward pass, the training leader (the first
-# member, which writes the checkpoints), and two members at once. The survivors report to the
-# coordinator, which names them; they redo the step that failed on the same global batch. When
-# the only member dies, a serving rank takes training up again from the newest checkpoint. Every
-# request completes, the job exits 0 and names the dead ranks, training reaches its step count
-# with the losses of `tidal train` alone, and the checkpoints verify. Rank 0's death ends the
-# job, with exit 1, a line from each worker and the checkpoints intact.
+# member, which writes the checkpoints; also while it holds a resize that the members do not
+# know yet), and two members at once. The survivors report to the coordinator, which names them;
+# they redo the step that failed on the same global batch. When the only member dies, a serving
+# rank takes training up again from the newest checkpoint. Every request completes, the job
+# exits 0 and names the dead ranks, training reaches its step count with the losses of `tidal
+# train` alone, and the checkpoints verify. Rank 0's death ends the job, with exit 1, a line
+# from each worker and the checkpoints intact.
 . "${TIDAL_BUILDDIR:-.}/tests/env.sh"
 [ -d /usr/share/datasets/fashion-mnist ] || { echo "1..0 # SKIP dataset-fashion-mnist is not installed"; exit 0; }
 dir=`mktemp -d`
@@ -77,6 +78,12 @@ run4 leader train.backward:1:3:KILL
 survived leader "SIGKILL of the training leader (rank 1)" 1
 run4 two train.backward:2+3:20:KILL
 survived two "SIGKILL of ranks 2 and 3 at once" 2 3
+# the leader with a resize in hand that no member knows yet: the first (ranks move to serving
+# for the first burst) and the second (they come back to training after it)
+run4 shrink train.resize:1:1:KILL
+survived shrink "SIGKILL of the leader holding a resize to serving" 1
+run4 grow train.resize:1:2:KILL
+survived grow "SIGKILL of the leader holding the second resize" 1
 # the only training member: a static split keeps ranks 2 and 3 serving and rank 1 training
 # alone (two micro-batches a step), killed in its 61st step, after the checkpoint of step 50;
 # a serving rank takes training up again from that checkpoint

@@ -4,7 +4,8 @@
 # executor at a step chunk (SIGKILL), or stops it there (SIGSTOP, then SIGKILL once it has been
 # declared dead). Every request answers 200 with the PNG, byte for byte, of a run without the
 # failure (a request that lost its rank starts again from its seed), and rank 0 names the dead
-# rank. static_sp1 and static_sp2 (a dead member of a sequence-parallel group).
+# rank. static_sp1 and static_sp2 (a dead member of a sequence-parallel group); and an executor
+# that dies as a request's state moves to other ranks (serve.move), under edf_best_fit.
 . "${TIDAL_BUILDDIR:-.}/tests/env.sh"
 . "$abs_top_srcdir/tests/cluster/common.sh"
 [ -d /usr/share/datasets/fashion-mnist ] || { echo "1..0 # SKIP dataset-fashion-mnist is not installed"; exit 0; }
@@ -44,5 +45,50 @@ for sp in 1 2; do
         check "sp$sp, SIG$how: every PNG is byte for byte the one of the run without a failure" [ $same = yes ]
         [ $same = yes ] || grep -E "warn|error" "$w/serve.out" | head -n 20 | sed 's/^/# /'
     done
+done
+
+# A move of state on every run: under edf_best_fit, with a cost model in which sp2 steps 4x
+# faster than sp1, m0 (40 steps) runs alone at sp2 on ranks 1..2 (rank 1, the first free one,
+# leads it, and its ranks are kept). Seven short requests come at once: at m0's next chunk it
+# keeps rank 1 and gives rank 2 up to them (sp2 -> sp1), or, if they came before m0's first
+# chunk, it widens again once they are done (sp1 -> sp2). Either way rank 1 hands m0's state on.
+cat >"$dir/cost.json" <<'EOF'
+{"model": "tiny", "patch": 2, "per_image": true, "x": "tokens", "y": "seconds",
+ "stages": {"prepare": {"1": {"a": 0, "b": 0, "c": 0.0001}},
+            "step": {"1": {"a": 0, "b": 0, "c": 0.004}, "2": {"a": 0, "b": 0, "c": 0.001}},
+            "decode": {"1": {"a": 0, "b": 0, "c": 0.001}}},
+ "migration": {"latency_s": 0.0005, "bytes_per_s": 1e10, "state_bytes_per_token": 128}}
+EOF
+mids=""
+: >"$dir/move.jsonl"
+for i in 0 1 2 3 4 5 6 7; do
+    mids="$mids m$i"
+    at=30 steps=4
+    [ $i = 0 ] && at=0 steps=40
+    echo "{\"at_ms\": $at, \"id\": \"m$i\", \"label\": $i, \"n\": 1, \"resolution\": 32, \"steps\": $steps, \"sampler\": \"euler\", \"seed\": $((i + 1))}" >>"$dir/move.jsonl"
+done
+# debug: rank 0 names each task as it sends it, "(moved)" when the state moves
+move="--ckpt $dir/ckpt/model.h5 --trace $dir/move.jsonl --policy edf_best_fit"
+move="$move --cost $dir/cost.json --log-level debug"
+mkdir "$dir/refmove"
+cluster_serve4 "$dir/refmove" "$mids" $move >/dev/null 2>&1
+check "move: without a failure, 8 requests answer 200" [ "`grep -c ' 200$' "$dir/refmove/codes"`" = 8 ]
+check "move: without a failure, m0's state moves between its chunks" \
+    grep -q "request m0: step_chunk (moved)" "$dir/refmove/serve.out"
+for how in KILL STOP; do
+    w="$dir/${how}move"
+    mkdir "$w"
+    [ $how = STOP ] && (stop_then_kill "$w/serve.out" "is dead (" "$dir/ckpt" &)
+    TIDAL_MPIRUN_FLAGS="--enable-recovery" TIDAL_FAULT="serve.move:1:1:$how" \
+        cluster_serve4 "$w" "$mids" $move >/dev/null 2>&1
+    check "move, SIG$how of rank 1 as it hands m0's state on: it happened" \
+        grep -q "TIDAL_FAULT: SIG$how at serve.move" "$w/serve.out"
+    check "move, SIG$how: rank 0 declared rank 1 dead and took it out of the pool" \
+        grep -q "rank 1 is dead (.*): it leaves the pool, 2 of 3 executors are left" "$w/serve.out"
+    check "move, SIG$how: every request answered 200" [ "`grep -c ' 200$' "$w/codes"`" = 8 ]
+    same=yes
+    for id in $mids; do cmp -s "$dir/refmove/$id.png" "$w/$id.png" || same=no; done
+    check "move, SIG$how: every PNG is byte for byte the one of the run without a failure" [ $same = yes ]
+    [ $same = yes ] || grep -E "warn|error" "$w/serve.out" | head -n 20 | sed 's/^/# /'
 done
 done_testing
