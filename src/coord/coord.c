@@ -549,6 +549,24 @@ static bool in_members(const serve_wire_members_t *m, int w)
     return false;
 }
 
+/* A member died, or a group failed, while a resize to serving was in flight: the resize is void,
+ * and its leavers, which were in the group that failed and hold its state, take part in the
+ * regroup (appended, as they were the last members). One that had left all the same reports
+ * LEFT, and leaves the regroup then. */
+static void void_resize(coord_t *c)
+{
+    for (int w = 1; w <= c->cfg.workers && w <= SERVE_WIRE_MAX_WORKERS && !c->done; w++)
+        if (c->role[w] == ROLE_TO_SERVE && c->m.n < SERVE_WIRE_MAX_WORKERS) {
+            c->role[w] = ROLE_TRAIN;
+            c->m.ranks[c->m.n++] = (uint16_t)w;
+            c->moved[w] = false;
+            c->pending--;
+            c->moves_to_serve--;
+            TDL_INFO("rank %d stays in training for the regroup: the resize that moved it is void",
+                     w);
+        }
+}
+
 /* Once every live member of the membership has reported its group failed: the survivors train
  * on together from the state of the one that got furthest. */
 static tdl_status_t try_regroup(coord_t *c)
@@ -612,9 +630,12 @@ tdl_status_t coord_rank_lost(coord_t *c, double now, int w, const char *why)
         int role = c->role[w];
         if (role == ROLE_TO_SERVE || role == ROLE_TO_TRAIN) /* its report will not come */
             c->pending--;
+        /* (a leaver that dies fails only a group it was still in: its members report) */
         c->role[w] = ROLE_LOST;
-        if (c->cfg.realloc && in_members(&c->m, w) && !c->done)
+        if (c->cfg.realloc && in_members(&c->m, w) && !c->done) {
             c->regrouping = true; /* the survivors' reports are on their way */
+            void_resize(c);
+        }
     }
     coord_sched_stats_t k;
     coord_sched_get_stats(c->sched, &k);
@@ -682,7 +703,21 @@ tdl_status_t coord_report(coord_t *c, double now, int w, const serve_wire_report
                 c->pending++;
             }
         return TDL_OK;
-    case SERVE_REPORT_LEFT: return rank_left(c, w, now);
+    case SERVE_REPORT_LEFT:
+        if (c->role[w] == ROLE_TRAIN && c->regrouping) {
+            /* a leaver of a resize made void (void_resize) that had left all the same */
+            for (uint32_t i = 0; i < c->m.n; i++)
+                if (c->m.ranks[i] == w) {
+                    memmove(&c->m.ranks[i], &c->m.ranks[i + 1], (c->m.n - i - 1) * sizeof(uint16_t));
+                    c->m.n--;
+                    break;
+                }
+            c->role[w] = ROLE_TO_SERVE;
+            c->pending++, c->moves_to_serve++;
+            tdl_status_t st = rank_left(c, w, now);
+            return st == TDL_OK ? try_regroup(c) : st;
+        }
+        return rank_left(c, w, now);
     case SERVE_REPORT_JOINED:
         c->role[w] = ROLE_TRAIN;
         c->pending--;
@@ -693,8 +728,10 @@ tdl_status_t coord_report(coord_t *c, double now, int w, const serve_wire_report
     case SERVE_REPORT_FAILED:
         TDL_INFO("rank %d: its training group (epoch %d) failed after %lld steps: %.*s", w,
                  r->members, (long long)r->step, (int)sizeof(r->path) - 1, r->path);
-        if (c->role[w] == ROLE_TO_SERVE || !in_members(&c->m, w) || c->done) {
-            /* it was leaving (or training is over): it goes to serve, as it would have */
+        if (c->role[w] == ROLE_TO_SERVE && !c->done)
+            void_resize(c); /* its group failed before the resize reached it: it holds the state */
+        if (!in_members(&c->m, w) || c->done) {
+            /* training is over (or it is no member): it goes to serve, as it would have */
             coord_pending_t *p;
             tdl_status_t st = push(c, &p);
             if (st == TDL_OK)

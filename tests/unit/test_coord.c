@@ -541,6 +541,130 @@ static void test_rank_lost(void)
     coord_free(c);
 }
 
+/* got_t's of kind `kind` to worker w among g[0 .. n) */
+static const got_t *to(const got_t *g, int n, coord_cmd_kind_t kind, int w)
+{
+    for (int i = 0; i < n; i++)
+        if (g[i].cmd.kind == kind && g[i].cmd.worker == w)
+            return &g[i];
+    return NULL;
+}
+
+/* The burst's first resize: rank 1 leads {1, 2}, rank 3 is on its way to serving. */
+static coord_t *resize_in_flight(void)
+{
+    coord_t *c = colocated(false);
+    got_t g[8];
+    serve_wire_report_t r = rep(SERVE_REPORT_STEP, 1, 1, NULL);
+    coord_report(c, 0.1, 1, &r);
+    r.step = 2;
+    coord_report(c, 0.2, 1, &r);
+    serve_request_params_t p = req(-1, 1, 1, 3, 0);
+    coord_request_arrive(c, 0.25, &p, NULL);
+    coord_tick(c, 0.26, 0);
+    take(c, g, 8);
+    return c;
+}
+
+static void test_training_lost(void)
+{
+    got_t g[8];
+    coord_training_t t;
+    /* a member dies: the two others report their group failed, and go on together */
+    coord_t *c = colocated(false);
+    serve_wire_report_t r = rep(SERVE_REPORT_STEP, 1, 7, NULL);
+    coord_report(c, 0.1, 1, &r);
+    is_int(coord_rank_lost(c, 0.2, 3, "killed"), TDL_OK, "member 3 dies");
+    r = rep(SERVE_REPORT_FAILED, 1, 7, "rank 3 is dead");
+    coord_report(c, 0.21, 1, &r);
+    is_int(take(c, g, 8), 0, "one report of two: no word yet");
+    coord_tick(c, 0.3, 5);
+    is_int(take(c, g, 8), 0, "no resize is decided during a regroup");
+    r = rep(SERVE_REPORT_FAILED, 2, 7, "rank 3 is dead");
+    coord_report(c, 0.22, 2, &r);
+    int n = take(c, g, 8);
+    const got_t *a = to(g, n, COORD_CMD_RECOVER, 1), *b = to(g, n, COORD_CMD_RECOVER, 2);
+    ok(n == 2 && a && b && a->cmd.members.n == 2 && a->cmd.members.ranks[0] == 1 &&
+           a->cmd.members.ranks[1] == 2 && a->cmd.members.epoch == 1 &&
+           !memcmp(&a->cmd.members, &b->cmd.members, sizeof(a->cmd.members)),
+       "both reports: RECOVER {1, 2}, epoch 1, to each");
+    r = rep(SERVE_REPORT_STEP, 1, 8, NULL);
+    coord_report(c, 0.3, 1, &r);
+    coord_training_get(c, &t);
+    ok(t.regroups == 1 && t.training == 2 && !t.orphaned, "one regroup; 2 train");
+    coord_free(c);
+
+    /* the leader dies holding a resize to serving: the resize is void, and rank 3, which was
+     * still in the group and holds the state, trains on with rank 2 */
+    c = resize_in_flight();
+    coord_rank_lost(c, 0.27, 1, "killed");
+    r = rep(SERVE_REPORT_FAILED, 3, 2, "rank 1 is dead");
+    coord_report(c, 0.28, 3, &r);
+    is_int(take(c, g, 8), 0, "the leaver's report: it is not sent to serve, it waits");
+    r = rep(SERVE_REPORT_FAILED, 2, 2, "rank 1 is dead");
+    coord_report(c, 0.29, 2, &r);
+    n = take(c, g, 8);
+    a = to(g, n, COORD_CMD_RECOVER, 2), b = to(g, n, COORD_CMD_RECOVER, 3);
+    ok(a && b && a->cmd.members.n == 2 && a->cmd.members.ranks[0] == 2 &&
+           a->cmd.members.ranks[1] == 3 && (a->cmd.members.root == 2 || a->cmd.members.root == 3),
+       "RECOVER {2, 3} to both: no restart from a checkpoint");
+    coord_training_get(c, &t);
+    ok(!t.orphaned && t.restarts == 0 && t.training == 2 && t.moves_to_serve == 0,
+       "training was not orphaned; the void move is not counted");
+    coord_free(c);
+
+    /* the same, but the resize had reached rank 3: it left, and says so after the death */
+    c = resize_in_flight();
+    coord_rank_lost(c, 0.27, 1, "killed");
+    r = rep(SERVE_REPORT_LEFT, 3, 2, NULL);
+    coord_report(c, 0.28, 3, &r);
+    n = take(c, g, 8);
+    ok(n == 1 && g[0].cmd.kind == COORD_CMD_TASK && g[0].ranks[0] == 3,
+       "rank 3 left after all: it serves the waiting request");
+    r = rep(SERVE_REPORT_FAILED, 2, 2, "rank 1 is dead");
+    coord_report(c, 0.29, 2, &r);
+    n = take(c, g, 8);
+    a = to(g, n, COORD_CMD_RECOVER, 2);
+    ok(n == 1 && a && a->cmd.members.n == 1 && a->cmd.members.root == 2,
+       "rank 2 trains on alone: RECOVER {2}");
+    coord_training_get(c, &t);
+    ok(t.serving == 1 && t.training == 1, "1 serves, 1 trains");
+    coord_free(c);
+
+    /* every member dies: a serving rank takes training up again from the newest checkpoint */
+    c = resize_in_flight();
+    r = rep(SERVE_REPORT_STEP, 1, 3, NULL);
+    coord_report(c, 0.3, 1, &r);
+    r = rep(SERVE_REPORT_LEFT, 3, 3, NULL);
+    coord_report(c, 0.31, 3, &r);
+    r = rep(SERVE_REPORT_CKPT, 1, 3, "runs/x/ckpt/ckpt-00000003.h5");
+    coord_report(c, 0.32, 1, &r); /* (rank 3's PREPARE and RELOAD wait in the commands) */
+    coord_rank_lost(c, 0.4, 1, "killed");
+    coord_rank_lost(c, 0.4, 2, "killed");
+    coord_training_get(c, &t);
+    ok(t.orphaned && t.training == 0, "both members dead: training has no member");
+    double now = 0.4;
+    bool restarted = false;
+    for (int i = 0; i < 200 && !restarted; i++) { /* rank 3 serves the request, then is free */
+        now += 0.01;
+        n = take(c, g, 8);
+        for (int k = 0; k < n; k++) {
+            if (g[k].cmd.kind == COORD_CMD_TASK)
+                coord_task_finished(c, now, g[k].cmd.request, true, NULL, 0);
+            restarted |= g[k].cmd.kind == COORD_CMD_RESTART && g[k].cmd.worker == 3 &&
+                         g[k].cmd.members.n == 1 && g[k].cmd.members.root == 3;
+        }
+        coord_tick(c, now, 0);
+    }
+    ok(restarted, "once free, rank 3 gets RESTART {3}");
+    r = rep(SERVE_REPORT_JOINED, 3, 3, NULL);
+    coord_report(c, now, 3, &r);
+    coord_training_get(c, &t);
+    ok(!t.orphaned && t.restarts == 1 && t.training == 1 && t.serving == 0,
+       "training runs again, on rank 3: one restart");
+    coord_free(c);
+}
+
 int main(void)
 {
     test_request();
@@ -548,6 +672,7 @@ int main(void)
     test_rank_lost();
     test_burst();
     test_slo_first_return();
+    test_training_lost();
     test_allocation_failures();
     return done_testing();
 }
