@@ -15,10 +15,12 @@ bm_failover() { # kills of executors and training members at random moments of t
     bench_build src/tidal
     local tidal=$builddir/src/tidal work kills=20 i kind victim at how t_kill pid job rc seed=7
     [ -n "$quick" ] && kills=6
-    # rank 0 and an executor on h0, two executors on h1: a victim on h1 is found from its
-    # connection or its silence, as on a cluster, since rank 0's host cannot look up its process
-    local np=4
-    bench_cluster_default "2x2/1gbit"
+    # rank 0 and two workers on h0, two on h1: a victim on h1 is found from its connection or
+    # its silence, as on a cluster, since rank 0's host cannot look up its process. Four workers,
+    # so that tidal run can keep two training (--min-train 2: no single death leaves training
+    # without a member's state) and still serve on one after a death.
+    local np=5
+    bench_cluster_default "2x2+1/1gbit"
     [ -n "$bench_cluster" ] && np=$(bench_cluster_np "$bench_cluster") && bench_cluster_note "$bench_cluster"
     [ "$np" -ge 3 ] || die "failover: a layout of at least 3 ranks (rank 0 and two executors)"
     set -- "${bench_extra[@]}"
@@ -39,14 +41,15 @@ bm_failover() { # kills of executors and training members at random moments of t
             --micro-batch 2 --steps 2 --val-every 0 --out "$work/ckpt" >>"$bench_log" 2>&1; then
             bench_failed+=("tidal train"); return 0
         fi
-        # a steady trace that keeps about two of the three executors busy: a request of 16 steps
-        # every 30 ms for 4.5 s
+        # a steady trace below what serving can take, so that a kill's effect is not lost in a
+        # queue: a request of 10 steps every 200 ms for 6 s (on the default cluster one serving
+        # device takes about 6 a second)
         /usr/bin/python3 - "$work/trace.jsonl" <<'PY'
 import json, sys
 with open(sys.argv[1], "w") as f:
-    for i in range(150):
-        f.write(json.dumps({"at_ms": 30 * i, "id": f"q{i}", "label": i % 10, "n": 1,
-                            "resolution": 32, "steps": 16, "sampler": "euler",
+    for i in range(30):
+        f.write(json.dumps({"at_ms": 200 * i, "id": f"q{i}", "label": i % 10, "n": 1,
+                            "resolution": 32, "steps": 10, "sampler": "euler",
                             "seed": i + 1}) + "\n")
 PY
         # failover_job KIND OUT: the job of a run (tidal serve or tidal run) writing into OUT, in
@@ -82,7 +85,7 @@ PY
             kind=serve; [ $((i % 2)) = 0 ] && kind=run
             how=KILL; [ $((i % 3)) = 0 ] && how=STOP
             victim=$((1 + RANDOM % (np - 1)))
-            at=$(awk -v r=$RANDOM 'BEGIN { printf "%.2f", 1.0 + 3.0 * r / 32767 }')
+            at=$(awk -v r=$RANDOM 'BEGIN { printf "%.2f", 1.0 + 4.0 * r / 32767 }')
             local out=$work/run$i
             say "kill $i of $kills: tidal $kind, SIG$how of rank $victim at ${at} s"
             failover_job $kind "$out" # it names $out, by which the victim is found
@@ -151,7 +154,7 @@ PY
     bench_ran_nps=$np
     local where="on this machine: one host, $np ranks sharing its cores (not an emulated cluster)"
     [ -n "$bench_cluster" ] && where="on the emulated cluster $bench_cluster (rank 0 on h0; the layout line below)"
-    bench_launch="tools/mpirun-recover -np $np (rank 0 coordinates, $((np - 1)) workers), $where; $kills kills, alternately of tidal serve and tidal run (120 training steps of the tiny DiT, batch 8, --min-train 2 so that no single death leaves training without a member), under a trace of 150 requests of 16 steps at 30 ms; the victim (rank 1-$((np - 1))) and the moment (1-4 s into the trace) at random; every third a SIGSTOP, then SIGKILL once declared dead"
+    bench_launch="tools/mpirun-recover -np $np (rank 0 coordinates, $((np - 1)) workers), $where; $kills kills, alternately of tidal serve and tidal run (120 training steps of the tiny DiT, batch 8, --min-train 2 so that no single death leaves training without a member), under a trace of 30 requests of 10 steps at 200 ms; the victim (rank 1-$((np - 1))) and the moment (1-5 s into the trace) at random; every third a SIGSTOP, then SIGKILL once declared dead"
     # the headline figures, from the rows: quantiles over the runs that have the column
     local k v
     while read -r k v; do bench_headline "$k" "$v"; done < <(/usr/bin/python3 - "$bench_csv" <<'PY'
@@ -201,6 +204,7 @@ PY
 set datafile separator ","
 set key top left
 set ylabel "ms after the kill"
+set yrange [0:2500]
 set xlabel "kill"
 plot "$bench_csv" using 1:6 skip 1 with points pt 7 title "declared dead", \
      "" using 1:7 skip 1 with points pt 5 title "task placed again", \

@@ -38,7 +38,7 @@ tdl_status_t coord_colocate_open(const coord_colocate_opts_t *o, int workers,
         st = tdl_error_raise(TDL_ERR_IO, "%s: %s", path, strerror(errno));
     if (st == TDL_OK) {
         fprintf(k->timeline, "t_s,serving,training,queued,live,step,train_images_per_s,loss,"
-                             "done,slo_violations\n");
+                             "done,slo_violations,dead\n");
         snprintf(path, sizeof(path), "%s/loss.csv", k->out);
         if (!(k->losses = fopen(path, "a")))
             st = tdl_error_raise(TDL_ERR_IO, "%s: %s", path, strerror(errno));
@@ -97,14 +97,14 @@ void coord_colocate_row(coord_colocate_t *k, coord_t *c, serve_queue_t *q, doubl
         done += s.by_source[i].done, viol += s.by_source[i].slo_violations;
     double dt = now - k->last_row;
     double ips = dt > 0 ? (double)(t.step - k->last_row_step) * k->o.batch / dt : 0;
-    if (k->timeline) {
-        fprintf(k->timeline, "%.3f,%d,%d,%d,%d,%lld,%.2f,%.6f,%llu,%llu\n", now, t.serving,
-                t.training, s.queued, coord_live(c), (long long)t.step, ips, t.loss,
-                (unsigned long long)done, (unsigned long long)viol);
-        fflush(k->timeline);
-    }
     int ranks[SERVE_ROLE_COUNT];
     coord_roles(c, ranks);
+    if (k->timeline) {
+        fprintf(k->timeline, "%.3f,%d,%d,%d,%d,%lld,%.2f,%.6f,%llu,%llu,%d\n", now, t.serving,
+                t.training, s.queued, coord_live(c), (long long)t.step, ips, t.loss,
+                (unsigned long long)done, (unsigned long long)viol, ranks[SERVE_ROLE_DEAD]);
+        fflush(k->timeline);
+    }
     serve_queue_set_ranks(q, ranks);
     k->last_row = now, k->last_row_step = t.step;
 }
@@ -181,7 +181,8 @@ void coord_colocate_finish(coord_colocate_t *k, coord_t *c, serve_queue_t *q, do
              "set datafile separator ','; set multiplot layout 3,1 title 'tidal run'; "
              "set key top left; set ylabel 'ranks'; "
              "plot '%s/timeline.csv' using 1:2 with steps title 'serving', '' using 1:3 with "
-             "steps title 'training'; set ylabel 'images/s'; plot '' using 1:7 with lines "
+             "steps title 'training', '' using 1:11 with steps title 'dead'; "
+             "set ylabel 'images/s'; plot '' using 1:7 with lines "
              "title 'training images/s'; set ylabel 'requests'; set xlabel 'seconds'; "
              "plot '' using 1:5 with steps title 'requests in the scheduler', '' using 1:4 with "
              "lines title 'waiting in the queue', '' using 1:10 with steps title "

@@ -208,8 +208,8 @@ static tdl_status_t on_start(void *user, const coord_sched_task_t *t)
     r->kind = kind, r->first = t->ranks[0] + 1, r->last = t->ranks[t->degree - 1] + 1;
     if (kind == SERVE_TASK_PREPARE && r->replaced < r->restarts) {
         r->replaced = r->restarts; /* the moment the failover benchmark times */
-        TDL_WARN("request %llu placed again on executor ranks %d..%d", (unsigned long long)r->spec.id,
-                 r->first, r->last);
+        TDL_WARN("request %llu placed again on executor ranks %d..%d",
+                 (unsigned long long)r->spec.id, r->first, r->last);
     }
     return TDL_OK;
 }
@@ -464,9 +464,9 @@ static tdl_status_t reallocate(coord_t *c, int serving, int target, double now)
     int leader = c->m.n ? c->m.ranks[0] : 0; /* none: every member died (orphaned) */
     next.root = leader;
     int moved = 0;
-    if (target > serving && c->orphaned) {
-        return TDL_OK; /* nothing trains: nothing to move */
-    } else if (target > serving) { /* the last members leave; the leader stays */
+    if (target > serving && c->orphaned) /* nothing trains: nothing to move */
+        return TDL_OK;
+    if (target > serving) { /* the last members leave; the leader stays */
         while (serving + moved < target && next.n > 1) {
             int r = next.ranks[--next.n];
             c->role[r] = ROLE_TO_SERVE;
@@ -708,7 +708,8 @@ tdl_status_t coord_report(coord_t *c, double now, int w, const serve_wire_report
             /* a leaver of a resize made void (void_resize) that had left all the same */
             for (uint32_t i = 0; i < c->m.n; i++)
                 if (c->m.ranks[i] == w) {
-                    memmove(&c->m.ranks[i], &c->m.ranks[i + 1], (c->m.n - i - 1) * sizeof(uint16_t));
+                    memmove(&c->m.ranks[i], &c->m.ranks[i + 1],
+                            (c->m.n - i - 1) * sizeof(uint16_t));
                     c->m.n--;
                     break;
                 }

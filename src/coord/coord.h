@@ -52,7 +52,7 @@ typedef struct coord_cmd {
     coord_cmd_kind_t kind;
     uint64_t request; /* TASK, ANSWER: the request's number (0, 1, ... in order of arrival) */
     void *handle;     /* TASK, ANSWER: the caller's handle, as it gave it at arrival */
-    int worker; /* RESIZE, JOIN, RELOAD, RECOVER, LEAVE, RESTART: the world rank it goes to */
+    int worker;       /* RESIZE, JOIN, RELOAD, RECOVER, LEAVE, RESTART: the world rank it goes to */
     /* TASK: the request, and the task as executors take it (world ranks) */
     const serve_traj_spec_t *spec;
     serve_task_cmd_t task;
@@ -79,10 +79,10 @@ typedef struct coord_training {
     const char *latest;       /* the last checkpoint ("" before one) */
     int serving, training;    /* ranks in each role now (moving ones excluded) */
     int moves_to_serve, moves_to_train;
-    int regroups;             /* times training went on without members that died */
-    int restarts;             /* times every member died and serving ranks took it up again from
-                               * the newest checkpoint */
-    bool orphaned;            /* every training member died, and no rank has taken it up yet */
+    int regroups;  /* times training went on without members that died */
+    int restarts;  /* times every member died and serving ranks took it up again from
+                    * the newest checkpoint */
+    bool orphaned; /* every training member died, and no rank has taken it up yet */
 } coord_training_t;
 
 /* Moves to serving, timed from the decision to the rank's report that it serves. */

@@ -165,7 +165,7 @@ static tdl_status_t take_commands(rank0_t *r)
         case COORD_CMD_RECOVER:
         case COORD_CMD_RESTART:
             s = serve_wire_members_encode(cmd->kind == COORD_CMD_JOIN      ? SERVE_OP_JOIN
-                                          : cmd->kind == COORD_CMD_RESIZE ? SERVE_OP_RESIZE
+                                          : cmd->kind == COORD_CMD_RESIZE  ? SERVE_OP_RESIZE
                                           : cmd->kind == COORD_CMD_RESTART ? SERVE_OP_RESTART
                                                                            : SERVE_OP_RECOVER,
                                           &cmd->members, &msg);

@@ -100,8 +100,8 @@ static tdl_status_t on_recover(void *user, int64_t steps_done, const train_membe
             break;
         if (!got) {
             if (!gfc_peer_alive(k->rt, 0))
-                return tdl_error_raise(TDL_ERR_PEER, "rank %d (training): rank 0 died (%s)",
-                                       k->me, gfc_peer_why(k->rt, 0));
+                return tdl_error_raise(TDL_ERR_PEER, "rank %d (training): rank 0 died (%s)", k->me,
+                                       gfc_peer_why(k->rt, 0));
             usleep(500);
             continue;
         }

@@ -65,13 +65,15 @@ static inline bool serve_wire_member(const int *ranks, int n, int r)
 /* Ops > SERVE_OP_STOP with up to SERVE_USER_BYTES of payload, sent by serve_dispatcher_send and
  * returned by serve_worker_run / serve_worker_poll as a serve_ctl_msg_t, and the reports workers
  * send with serve_worker_report. Payloads are encoded and checked here, as the commands below. */
-#define SERVE_OP_RESIZE 10 /* to training's leader: the membership after the current step */
-#define SERVE_OP_JOIN   11 /* to a serving worker: join training in this membership */
-#define SERVE_OP_RELOAD 12 /* to a serving worker: serve the weights of this checkpoint */
+#define SERVE_OP_RESIZE  10 /* to training's leader: the membership after the current step */
+#define SERVE_OP_JOIN    11 /* to a serving worker: join training in this membership */
+#define SERVE_OP_RELOAD  12 /* to a serving worker: serve the weights of this checkpoint */
 #define SERVE_OP_RECOVER 13 /* to a member whose group lost a rank: train on in this membership */
-#define SERVE_OP_LEAVE   14 /* to a member whose group lost a rank: leave training, serve (no data) */
-#define SERVE_OP_RESTART 15 /* to a serving worker once every member died: train in this membership
-                             * from the newest checkpoint of the run (or its first step) */
+#define SERVE_OP_LEAVE   14 /* to a member whose group lost a rank: leave training, serve (no data) \
+                             */
+#define SERVE_OP_RESTART                                                                           \
+    15 /* to a serving worker once every member died: train in this membership                     \
+        * from the newest checkpoint of the run (or its first step) */
 
 #define SERVE_WIRE_MAX_WORKERS 112
 
@@ -107,11 +109,13 @@ typedef struct serve_wire_report {
     char path[200]; /* a NUL-terminated text */
 } serve_wire_report_t;
 
-/* A RESIZE, JOIN, RECOVER or RESTART (op) carrying m; TDL_ERR_INVALID_ARG when m has no member or too many. */
+/* A RESIZE, JOIN, RECOVER or RESTART (op) carrying m; TDL_ERR_INVALID_ARG when m has no member or
+ * too many. */
 tdl_status_t serve_wire_members_encode(uint32_t op, const serve_wire_members_t *m,
                                        serve_ctl_msg_t *msg);
-/* The membership of a RESIZE, JOIN, RECOVER or RESTART in a world of `world` ranks: 1 .. world - 1 distinct
- * workers, the root among them. TDL_ERR_CORRUPT names what is wrong; *m_out is left alone. */
+/* The membership of a RESIZE, JOIN, RECOVER or RESTART in a world of `world` ranks: 1 .. world - 1
+ * distinct workers, the root among them. TDL_ERR_CORRUPT names what is wrong; *m_out is left alone.
+ */
 tdl_status_t serve_wire_members_decode(const serve_ctl_msg_t *msg, int world,
                                        serve_wire_members_t *m_out);
 /* A RELOAD of `path` (1 .. SERVE_USER_BYTES bytes); and back, NUL-terminated. */

@@ -154,8 +154,7 @@ tdl_status_t train_elastic_run(train_trainer_t *tr, gfc_runtime_t *rt, int me,
         train_trainer_drop_residual(tr);
         train_elastic_decision_t dec = {.op = TRAIN_ELASTIC_GO_ON};
         if ((st = ops->recover(ops->user, step, mem, why, &dec)) != TDL_OK ||
-            (st = take_recovery(ops, me, step, &dec, mem, left, stop)) != TDL_OK || *left ||
-            *stop)
+            (st = take_recovery(ops, me, step, &dec, mem, left, stop)) != TDL_OK || *left || *stop)
             return st;
         sync = true;
     }
@@ -195,8 +194,8 @@ tdl_status_t train_elastic_regroup(train_trainer_t *tr, gfc_runtime_t *rt, int m
         tried_n = mem->n;
         /* one number says both: the most steps done, and among those the first member */
         int64_t key = train_trainer_steps_done(tr) * 1024 + (1023 - index_of(mem, me)), best = 0;
-        if ((st = gfc_group_init(g, rt, mem->ranks, (int)mem->n,
-                                 TRAIN_NS_REGROUP ^ mem->epoch)) == TDL_OK &&
+        if ((st = gfc_group_init(g, rt, mem->ranks, (int)mem->n, TRAIN_NS_REGROUP ^ mem->epoch)) ==
+                TDL_OK &&
             (st = gfc_allreduce(g, &key, &best, 1, GFC_DT_I64, GFC_OP_MAX, NULL)) == TDL_OK &&
             (st = train_trainer_sync(tr, g, (int)(1023 - best % 1024))) == TDL_OK) {
             mem->root = mem->ranks[1023 - best % 1024];

@@ -61,8 +61,10 @@ cluster_on() {
 # cluster_serve4 DIR "ID..." ARGS...: `tidal serve --listen 127.0.0.1:0 ARGS` (a --trace whose
 # requests have these ids) on 4 ranks in the background, on the cluster's hosts when inside one
 # (whose layout it prints first) and on this host otherwise; each request's PNG into DIR/ID.png,
-# its HTTP status into DIR/codes; then SIGTERM to mpirun. The server's output is DIR/serve.out.
-# On a cluster rank 0 is on h0, and curl goes there.
+# its HTTP status into DIR/codes, /metrics into DIR/metrics; then SIGTERM to rank 0, which ends
+# the job as a user's ^C would, and the launcher's exit status into DIR/rc (SIGTERM to mpirun
+# instead can lose the closing lines: it stops forwarding output as it ends the ranks). The
+# server's output is DIR/serve.out. On a cluster rank 0 is on h0, and curl goes there.
 cluster_serve4() {
     cl_dir=$1 cl_ids=$2
     shift 2
@@ -90,8 +92,22 @@ cluster_serve4() {
         done
         echo "$cl_id $cl_code" >>"$cl_dir/codes"
     done
-    kill -TERM `ps -o pid= --ppid $cl_pid` 2>/dev/null
+    [ -n "$cl_port" ] && $cl_on curl -s -o "$cl_dir/metrics" "http://127.0.0.1:$cl_port/metrics"
+    cl_r0=`cluster_rank0_of $cl_pid`
+    if [ -n "$cl_r0" ]; then kill -TERM $cl_r0; else kill -TERM `ps -o pid= --ppid $cl_pid` 2>/dev/null; fi
     wait $cl_pid
+    echo $? >"$cl_dir/rc"
+}
+
+# cluster_rank0_of PID: the pid of world rank 0 among PID's descendants (mpirun starts rank 0 on
+# its own host), if any
+cluster_rank0_of() {
+    for cl_c in `ps -o pid= --ppid $1`; do
+        tr '\0' '\n' <"/proc/$cl_c/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=0 &&
+            { echo $cl_c; return 0; }
+        cluster_rank0_of $cl_c && return 0
+    done
+    return 1
 }
 
 # cluster_sent HOST: the bytes HOST's link has sent so far (the tbf counter of its end), where

@@ -67,6 +67,8 @@ survived() {
         check "$what: the closing lines name rank $r" \
             grep -qE "rank[s]? ([0-9, ]*)?$r[ ,:(]|ranks? died: ([0-9, ]*)?$r " "$dir/$name.out"
     done
+    dead=`tail -n 1 "$dir/$name/timeline.csv" | cut -d, -f11`
+    check "$what: the timeline's last row counts $# dead (${dead:-none})" [ "$dead" = $# ]
     check "$what: losses equal those of training alone" same_losses $name
     check "$what: the checkpoints verify" "$TIDAL" ckpt verify "$dir/$name"/ckpt/ckpt-*.h5
 }

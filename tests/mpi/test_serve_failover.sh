@@ -1,11 +1,12 @@
 #!/bin/sh
 # A serving executor that dies does not lose a request: `tidal serve` on 4 ranks (rank 0 and 3
-# executors) under `mpirun --enable-recovery` replays a trace while TIDAL_FAULT kills one
-# executor at a step chunk (SIGKILL), or stops it there (SIGSTOP, then SIGKILL once it has been
-# declared dead). Every request answers 200 with the PNG, byte for byte, of a run without the
-# failure (a request that lost its rank starts again from its seed), and rank 0 names the dead
-# rank. static_sp1 and static_sp2 (a dead member of a sequence-parallel group); and an executor
-# that dies as a request's state moves to other ranks (serve.move), under edf_best_fit.
+# executors) under tools/mpirun-recover replays a trace while TIDAL_FAULT kills one executor at
+# a step chunk (SIGKILL), or stops it there (SIGSTOP, then SIGKILL once it has been declared
+# dead): static_sp1 and static_sp2 (a dead member of a sequence-parallel group); and an
+# executor that dies as a request's state moves to other ranks (serve.move), under edf_best_fit.
+# Every request answers 200 with the PNG, byte for byte, of a run without the failure (a request
+# that lost its rank starts again from its seed); stopped, the job exits 0, names the dead rank
+# and counts it in /metrics.
 . "${TIDAL_BUILDDIR:-.}/tests/env.sh"
 . "$abs_top_srcdir/tests/cluster/common.sh"
 [ -d /usr/share/datasets/fashion-mnist ] || { echo "1..0 # SKIP dataset-fashion-mnist is not installed"; exit 0; }
@@ -22,6 +23,15 @@ for i in 0 1 2 3 4 5 6 7; do
     echo "{\"at_ms\": $((60 * i)), \"id\": \"r$i\", \"label\": $i, \"n\": 1, \"resolution\": 32, \"steps\": 8, \"sampler\": \"euler\", \"seed\": $((i + 1))}" >>"$dir/trace.jsonl"
 done
 serve="--ckpt $dir/ckpt/model.h5 --trace $dir/trace.jsonl"
+recover="$abs_top_srcdir/tools/mpirun-recover"
+
+# ended W WHAT RANK: the job, stopped by SIGTERM to rank 0 after its requests, exits 0, names the
+# dead rank in its closing lines, and counts it in /metrics
+ended() {
+    check "$2: the job exits 0 (rc=`cat "$1/rc"`)" [ "`cat "$1/rc"`" = 0 ]
+    check "$2: its closing lines name rank $3" grep -q "1 executor rank died: $3 (" "$1/serve.out"
+    check "$2: /metrics counts a dead rank" grep -qx 'tidal_ranks{role="dead"} 1' "$1/metrics"
+}
 
 
 for sp in 1 2; do
@@ -33,13 +43,14 @@ for sp in 1 2; do
         w="$dir/$how$sp"
         mkdir "$w"
         [ $how = STOP ] && (stop_then_kill "$w/serve.out" "is dead (" "$dir/ckpt" &)
-        TIDAL_MPIRUN_FLAGS="--enable-recovery" TIDAL_FAULT="serve.chunk:1:3:$how" \
+        TIDAL_LAUNCH="$recover" TIDAL_FAULT="serve.chunk:1:3:$how" \
             cluster_serve4 "$w" "$ids" $serve --sp $sp >/dev/null 2>&1
         check "sp$sp, SIG$how of rank 1 at its 3rd chunk: it happened" \
             grep -q "TIDAL_FAULT: SIG$how at serve.chunk" "$w/serve.out"
         check "sp$sp, SIG$how: rank 0 declared rank 1 dead and took it out of the pool" \
             grep -q "rank 1 is dead (.*): it leaves the pool, 2 of 3 executors are left" "$w/serve.out"
         check "sp$sp, SIG$how: every request answered 200" [ "`grep -c ' 200$' "$w/codes"`" = 8 ]
+        ended "$w" "sp$sp, SIG$how" 1
         same=yes
         for id in $ids; do cmp -s "$dir/ref$sp/$id.png" "$w/$id.png" || same=no; done
         check "sp$sp, SIG$how: every PNG is byte for byte the one of the run without a failure" [ $same = yes ]
@@ -79,13 +90,14 @@ for how in KILL STOP; do
     w="$dir/${how}move"
     mkdir "$w"
     [ $how = STOP ] && (stop_then_kill "$w/serve.out" "is dead (" "$dir/ckpt" &)
-    TIDAL_MPIRUN_FLAGS="--enable-recovery" TIDAL_FAULT="serve.move:1:1:$how" \
+    TIDAL_LAUNCH="$recover" TIDAL_FAULT="serve.move:1:1:$how" \
         cluster_serve4 "$w" "$mids" $move >/dev/null 2>&1
     check "move, SIG$how of rank 1 as it hands m0's state on: it happened" \
         grep -q "TIDAL_FAULT: SIG$how at serve.move" "$w/serve.out"
     check "move, SIG$how: rank 0 declared rank 1 dead and took it out of the pool" \
         grep -q "rank 1 is dead (.*): it leaves the pool, 2 of 3 executors are left" "$w/serve.out"
     check "move, SIG$how: every request answered 200" [ "`grep -c ' 200$' "$w/codes"`" = 8 ]
+    ended "$w" "move, SIG$how" 1
     same=yes
     for id in $mids; do cmp -s "$dir/refmove/$id.png" "$w/$id.png" || same=no; done
     check "move, SIG$how: every PNG is byte for byte the one of the run without a failure" [ $same = yes ]
