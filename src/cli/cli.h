@@ -20,8 +20,8 @@ typedef struct cli_command {
     const tdl_param_def_t *params; /* this command's own parameters */
     size_t nparams;
     /* and the tables it shares with other commands (unused entries NULL) */
-    const tdl_param_def_t *shared[2];
-    size_t nshared[2];
+    const tdl_param_def_t *shared[3];
+    size_t nshared[3];
     /* Runs with the registry filled in; positional arguments follow the command name. */
     int (*run)(tdl_params_t *params, int npos, char **pos);
 } cli_command_t;
@@ -45,6 +45,15 @@ extern const tdl_param_def_t cli_train_params[CLI_TRAIN_NPARAMS];
 /* Reads them (and batch, micro-batch and the steps parameter named `steps`) into *o, checking
  * the model and resolution: CLI_EXIT_OK, or CLI_EXIT_USAGE after printing why. */
 int cli_train_opts(tdl_params_t *params, const char *steps, train_opts_t *o);
+
+/* the reallocation parameters of tidal run and tidal sim --colocate */
+#define CLI_REALLOC_NPARAMS 9
+extern const tdl_param_def_t cli_realloc_params[CLI_REALLOC_NPARAMS];
+/* Reads them into *opts (the policy, its options, the bounds): CLI_EXIT_OK, or CLI_EXIT_USAGE
+ * after printing why. wall: --start-hour -1 is the hour of the local clock now (tidal run),
+ * else 0 (a simulation starts at midnight). */
+int cli_realloc_opts(tdl_params_t *params, bool wall, const coord_realloc_ops_t **ops,
+                     coord_realloc_opts_t *opts, int *min_train, int *min_serve);
 
 /* --device, for the commands that run the model (TIDAL_DEVICE sets it, as any parameter). */
 #define CLI_DEVICE_PARAM                                                                           \

@@ -22,20 +22,6 @@ static const tdl_param_def_t run_params[] = {
     {"ckpt-every", TDL_PARAM_INT, "100", "checkpoint every N training steps (and at the end)", NULL,
      1, 1e12},
     {"keep", TDL_PARAM_INT, "3", "checkpoints kept", NULL, 1, 1e6},
-    {"realloc", TDL_PARAM_STRING, "slo_first",
-     "how many ranks serve: slo_first (serving first while it needs them, hysteresis) or static",
-     NULL, 1, 0},
-    {"serve-ranks", TDL_PARAM_INT, "1", "with --realloc static: ranks that always serve", NULL, 0,
-     1 << 20},
-    {"min-train", TDL_PARAM_INT, "1", "ranks that always train while training runs", NULL, 1,
-     1 << 20},
-    {"min-serve", TDL_PARAM_INT, "0", "ranks that always serve", NULL, 0, 1 << 20},
-    {"drain", TDL_PARAM_DOUBLE, "2",
-     "slo_first: serving gets enough ranks to clear its backlog within this many seconds", NULL,
-     0.01, 1e6},
-    {"cooldown", TDL_PARAM_DOUBLE, "3",
-     "slo_first: seconds serving must need fewer ranks before one goes back to training", NULL, 0,
-     1e6},
     {"demo", TDL_PARAM_BOOL, "true",
      "without --trace: replay a built-in trace with two bursts and end when it and training are "
      "done (--no-demo: serve HTTP until SIGTERM)",
@@ -61,21 +47,19 @@ static int run_run(tdl_params_t *params, int npos, char **pos)
     run.worker.keep = (int)tdl_param_int(params, "keep");
     run.worker.ckpt_dir = ckpt_dir;
     run.worker.fixed = fixed;
-    const coord_realloc_ops_t *ops = coord_realloc_find(tdl_param_str(params, "realloc"));
-    if (!ops)
-        return cli_usage_error("unknown --realloc '%s': use one of %s",
-                               tdl_param_str(params, "realloc"), coord_realloc_names());
-    run.colocate = (coord_colocate_opts_t){
-        .realloc = ops,
-        .realloc_opts = {.drain_s = tdl_param_double(params, "drain"),
-                         .cooldown_s = tdl_param_double(params, "cooldown"),
-                         .static_serve = (int)tdl_param_int(params, "serve-ranks")},
-        .min_train = (int)tdl_param_int(params, "min-train"),
-        .min_serve = (int)tdl_param_int(params, "min-serve"),
-        .out = out,
-        .row_every = tdl_param_double(params, "timeline-every"),
-        .batch = run.worker.train.batch,
-        .fixed = fixed};
+    const coord_realloc_ops_t *ops;
+    coord_realloc_opts_t ro;
+    int min_train, min_serve;
+    if ((rc = cli_realloc_opts(params, true, &ops, &ro, &min_train, &min_serve)) != CLI_EXIT_OK)
+        return rc;
+    run.colocate = (coord_colocate_opts_t){.realloc = ops,
+                                           .realloc_opts = ro,
+                                           .min_train = min_train,
+                                           .min_serve = min_serve,
+                                           .out = out,
+                                           .row_every = tdl_param_double(params, "timeline-every"),
+                                           .batch = run.worker.train.batch,
+                                           .fixed = fixed};
     /* the launcher's word for the world, before MPI starts: mpirun's, or srun's */
     const char *size = getenv("OMPI_COMM_WORLD_SIZE");
     if (!size)
@@ -121,7 +105,7 @@ const cli_command_t cli_cmd_run = {
              "[--realloc slo_first|static] [--out runs/run]",
     .params = run_params,
     .nparams = TDL_ARRAY_SIZE(run_params),
-    .shared = {cli_serve_params, cli_train_params},
-    .nshared = {CLI_SERVE_NPARAMS, CLI_TRAIN_NPARAMS},
+    .shared = {cli_serve_params, cli_train_params, cli_realloc_params},
+    .nshared = {CLI_SERVE_NPARAMS, CLI_TRAIN_NPARAMS, CLI_REALLOC_NPARAMS},
     .run = run_run,
 };

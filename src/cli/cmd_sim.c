@@ -10,7 +10,9 @@
 #include "coord/cost.h"
 #include "coord/policy.h"
 #include "coord/sim.h"
+#include "coord/train_model.h"
 #include "coord/workload.h"
+#include "serve/wire.h"
 
 static const tdl_param_def_t sim_params[] = {
     {"ranks", TDL_PARAM_INT, "8", "serving ranks simulated", NULL, 1, 1 << 20},
@@ -30,6 +32,23 @@ static const tdl_param_def_t sim_params[] = {
      NULL, 1, 0},
     {"format", TDL_PARAM_ENUM, "text", "text: one summary line; csv: a header and a row",
      "text|csv", 1, 0},
+    {"colocate", TDL_PARAM_BOOL, "false",
+     "the ranks are tidal run's workers: all train at first, and the reallocation policy "
+     "(--realloc) moves them to serving and back, training costed by --train-model",
+     NULL, 0, 0},
+    {"train-model", TDL_PARAM_STRING, NULL,
+     "with --colocate: JSON with a \"train\" object (tidal profile --train); default: --cost's, "
+     "else the built-in model of the tiny DiT",
+     NULL, 1, 0},
+    {"train-steps", TDL_PARAM_INT, "0",
+     "with --colocate: training's last step (0: it goes on until the trace is served)", NULL, 0,
+     1e15},
+    {"timeline", TDL_PARAM_STRING, NULL,
+     "with --colocate: a CSV row every --timeline-every simulated seconds (ranks per role, "
+     "training images/s, arrivals/s)",
+     NULL, 1, 0},
+    {"timeline-every", TDL_PARAM_DOUBLE, "60", "simulated seconds between timeline rows", NULL,
+     0.001, 1e9},
 };
 
 static int sim_run_cmd(tdl_params_t *params, int npos, char **pos)
@@ -59,6 +78,43 @@ static int sim_run_cmd(tdl_params_t *params, int npos, char **pos)
                               .chunk = (int)tdl_param_int(params, "chunk"),
                               .cost = &cost,
                               .policy = policy};
+    coord_train_model_t tm;
+    FILE *timeline = NULL;
+    bool colocate = tdl_param_bool(params, "colocate");
+    if (colocate) {
+        int rc = cli_realloc_opts(params, false, &cfg.realloc, &cfg.realloc_opts, &cfg.min_train,
+                                  &cfg.min_serve);
+        if (rc != CLI_EXIT_OK) {
+            free(reqs);
+            return rc;
+        }
+        if (cfg.ranks > SERVE_WIRE_MAX_WORKERS || cfg.ranks <= cfg.min_train) {
+            free(reqs);
+            return cli_usage_error("--colocate: --ranks %d: want more than --min-train %d and at "
+                                   "most %d",
+                                   cfg.ranks, cfg.min_train, SERVE_WIRE_MAX_WORKERS);
+        }
+        const char *tpath = tdl_param_str(params, "train-model");
+        tdl_status_t ts = TDL_ERR_NOT_FOUND;
+        if (tpath || cpath)
+            ts = coord_train_model_load(tpath ? tpath : cpath, &tm);
+        if (ts == TDL_ERR_NOT_FOUND && !tpath) {
+            coord_train_model_default(&tm);
+        } else if (ts != TDL_OK) {
+            free(reqs);
+            return cli_usage_error("--train-model: %s", tdl_error_get());
+        }
+        cfg.train = &tm;
+        cfg.train_steps = tdl_param_int(params, "train-steps");
+        const char *tl = tdl_param_str(params, "timeline");
+        if (tl && !(timeline = fopen(tl, "w"))) {
+            free(reqs);
+            fprintf(stderr, "tidal: --timeline %s: %s\n", tl, strerror(errno));
+            return CLI_EXIT_FAILURE;
+        }
+        cfg.timeline = timeline;
+        cfg.row_s = tdl_param_double(params, "timeline-every");
+    }
     coord_sim_result_t r;
     double t0 = tdl_clock_s();
     double *finish = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
@@ -82,11 +138,29 @@ static int sim_run_cmd(tdl_params_t *params, int npos, char **pos)
     }
     free(finish);
     free(reqs);
+    if (timeline && fclose(timeline) != 0 && st == TDL_OK)
+        st = tdl_error_raise(TDL_ERR_IO, "--timeline: %s", strerror(errno));
     if (st != TDL_OK) {
         fprintf(stderr, "tidal: %s\n", tdl_error_get());
         return CLI_EXIT_FAILURE;
     }
-    if (!strcmp(tdl_param_str(params, "format"), "csv")) {
+    bool csv = !strcmp(tdl_param_str(params, "format"), "csv");
+    if (colocate && csv) {
+        printf("policy,realloc,ranks,requests,end_s,mean_s,p50_s,p95_s,p99_s,slo_violation_rate,"
+               "train_device_h,train_steps,train_images_per_s,moves_to_serve,moves_to_train,"
+               "moves_per_h,sim_wall_s\n");
+        printf("%s,%s,%d,%d,%.3f,%.6f,%.6f,%.6f,%.6f,%.6f,%.4f,%lld,%.4f,%d,%d,%.3f,%.3f\n",
+               policy->name, cfg.realloc->name, cfg.ranks, r.requests, r.end_s, r.mean_s, r.p50_s,
+               r.p95_s, r.p99_s, r.slo_violation_rate, r.train_device_h, (long long)r.train_steps,
+               r.train_images_per_s, r.moves_to_serve, r.moves_to_train, r.moves_per_h, wall);
+        return CLI_EXIT_OK;
+    }
+    if (colocate)
+        printf("tidal sim: %s co-located on %d ranks over %.1f s: training %.2f device-hours, "
+               "%lld steps (%.1f images/s); %d moves to serving, %d to training (%.1f an hour)\n",
+               cfg.realloc->name, cfg.ranks, r.end_s, r.train_device_h, (long long)r.train_steps,
+               r.train_images_per_s, r.moves_to_serve, r.moves_to_train, r.moves_per_h);
+    if (csv) {
         printf("policy,ranks,requests,makespan_s,throughput_rps,goodput_rps,mean_s,p50_s,p95_s,"
                "p99_s,slo_violation_rate,utilization,tasks,migrations,sim_wall_s\n");
         printf("%s,%d,%d,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%ld,%ld,%.3f\n", policy->name,
@@ -108,10 +182,14 @@ static int sim_run_cmd(tdl_params_t *params, int npos, char **pos)
 
 const cli_command_t cli_cmd_sim = {
     .name = "sim",
-    .summary = "simulate the serving coordinator: a policy on a trace, with the cost model",
+    .summary = "simulate the serving coordinator: a policy on a trace, with the cost model; "
+               "with --colocate, tidal run's training and reallocation too",
     .usage = "tidal sim --trace FILE [--ranks N] [--policy NAME] [--cost MODEL.json] [--chunk K] "
-             "[--format text|csv]",
+             "[--format text|csv] [--colocate [--realloc NAME] [--train-model FILE] "
+             "[--timeline FILE]]",
     .params = sim_params,
     .nparams = TDL_ARRAY_SIZE(sim_params),
+    .shared = {cli_realloc_params},
+    .nshared = {CLI_REALLOC_NPARAMS},
     .run = sim_run_cmd,
 };

@@ -70,7 +70,7 @@ static tdl_status_t register_all(tdl_params_t *params, const cli_command_t *only
     for (size_t i = 0; st == TDL_OK && i < TDL_ARRAY_SIZE(commands); i++) {
         if (!only || only == commands[i]) {
             st = tdl_params_register(params, commands[i]->params, commands[i]->nparams);
-            for (int k = 0; st == TDL_OK && k < 2 && commands[i]->shared[k]; k++)
+            for (int k = 0; st == TDL_OK && k < 3 && commands[i]->shared[k]; k++)
                 st = tdl_params_register(params, commands[i]->shared[k], commands[i]->nshared[k]);
         }
     }
@@ -99,7 +99,7 @@ static int print_help_params(void)
         if (tdl_params_create(&cmd) != TDL_OK)
             break;
         tdl_params_register(cmd, commands[i]->params, commands[i]->nparams);
-        for (int k = 0; k < 2 && commands[i]->shared[k]; k++)
+        for (int k = 0; k < 3 && commands[i]->shared[k]; k++)
             tdl_params_register(cmd, commands[i]->shared[k], commands[i]->nshared[k]);
         printf("\n'tidal %s' parameters:\n", commands[i]->name);
         tdl_params_print_help(cmd, stdout);

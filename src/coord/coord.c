@@ -31,10 +31,11 @@ typedef struct coord_req {
     char why[SERVE_ERROR_MAX];
 } coord_req_t;
 
-/* A command waiting to be taken: its rank lists as offsets into the pool, its text here. */
+/* A command waiting to be taken: its rank lists as offsets into the pool, its membership as an
+ * index into the memberships, its text here. */
 typedef struct coord_pending {
     coord_cmd_t cmd;
-    size_t ranks_at, prev_at;
+    size_t ranks_at, prev_at, mem_at;
     char text[SERVE_ERROR_MAX];
 } coord_pending_t;
 
@@ -50,6 +51,8 @@ struct coord {
     size_t ncmds, head, cmdcap;
     int *pool;
     size_t npool, poolcap;
+    serve_wire_members_t *mems; /* the memberships of the commands waiting, each once */
+    size_t nmems, memcap;
     coord_cmd_t out; /* the command last taken */
     coord_stats_t stats;
     /* co-location */
@@ -135,7 +138,7 @@ const coord_cmd_t *coord_command_next(coord_t *c)
         return &c->out;
     }
     if (c->head == c->ncmds) {
-        c->head = c->ncmds = c->npool = 0;
+        c->head = c->ncmds = c->npool = c->nmems = 0;
         c->answers_head = c->nanswers = 0;
         return NULL;
     }
@@ -146,6 +149,9 @@ const coord_cmd_t *coord_command_next(coord_t *c)
         c->out.task.ranks = c->pool + p->ranks_at;
         c->out.task.prev = c->pool + p->prev_at; /* never NULL: memcpy of 0 from it is fine */
     }
+    if (c->out.kind == COORD_CMD_RESIZE || c->out.kind == COORD_CMD_JOIN ||
+        c->out.kind == COORD_CMD_RECOVER || c->out.kind == COORD_CMD_RESTART)
+        c->out.members = &c->mems[p->mem_at];
     c->out.why = c->out.path = p->text;
     return &c->out;
 }
@@ -164,13 +170,30 @@ static void answer(coord_t *c, uint64_t id, double now, bool ok, void *result, s
     c->stats.late += r->late;
 }
 
-static tdl_status_t send_members(coord_t *c, int worker, coord_cmd_kind_t kind,
-                                 const serve_wire_members_t *m)
+/* A membership the commands pushed after it name; *at: its index. */
+static tdl_status_t mem_put(coord_t *c, const serve_wire_members_t *m, size_t *at)
+{
+    if (c->nmems == c->memcap) {
+        size_t cap = c->memcap ? 2 * c->memcap : 4;
+        serve_wire_members_t *more = tdl_realloc(c->mems, cap * sizeof(*more));
+        if (!more)
+            return tdl_error_raise(TDL_ERR_NOMEM, "coordinator: out of memory for memberships");
+        c->mems = more, c->memcap = cap;
+    }
+    *at = c->nmems;
+    c->mems[c->nmems++] = *m;
+    return TDL_OK;
+}
+
+/* A command carrying the membership mem_put stored at `at`. */
+static tdl_status_t send_members(coord_t *c, int worker, coord_cmd_kind_t kind, size_t at)
 {
     coord_pending_t *p;
     tdl_status_t st = push(c, &p);
-    if (st == TDL_OK)
-        p->cmd = (coord_cmd_t){.kind = kind, .worker = worker, .members = *m};
+    if (st == TDL_OK) {
+        p->cmd = (coord_cmd_t){.kind = kind, .worker = worker};
+        p->mem_at = at;
+    }
     return st;
 }
 
@@ -256,6 +279,7 @@ tdl_status_t coord_create(const coord_config_t *cfg, coord_t **out)
     if (!c)
         return tdl_error_raise(TDL_ERR_NOMEM, "coordinator: out of memory");
     c->cfg = *cfg;
+    c->last_decide = -INFINITY; /* the first tick decides */
     c->cost = *cfg->cost;
     c->cfg.cost = &c->cost;
     if (c->cfg.admit_max <= 0)
@@ -299,6 +323,7 @@ void coord_free(coord_t *c)
     free(c->answers);
     free(c->cmds);
     free(c->pool);
+    free(c->mems);
     free(c);
 }
 
@@ -448,12 +473,11 @@ static tdl_status_t restart_training(coord_t *c, serve_wire_members_t *next, dou
                                  "%s%d", i ? ", " : "", next->ranks[i]);
     TDL_WARN("training starts again on ranks %s from %s (restart %d)", ranks,
              c->latest[0] ? c->latest : "its first step (no checkpoint yet)", c->restarts);
-    for (uint32_t i = 0; i < next->n; i++) {
-        tdl_status_t st = send_members(c, next->ranks[i], COORD_CMD_RESTART, next);
-        if (st != TDL_OK)
-            return st;
-    }
-    return TDL_OK;
+    size_t at;
+    tdl_status_t st = mem_put(c, next, &at);
+    for (uint32_t i = 0; st == TDL_OK && i < next->n; i++)
+        st = send_members(c, next->ranks[i], COORD_CMD_RESTART, at);
+    return st;
 }
 
 /* Moves ranks toward `target` serving ones: one resize at a time. */
@@ -501,13 +525,14 @@ static tdl_status_t reallocate(coord_t *c, int serving, int target, double now)
         c->moves_to_train += moved;
         if (c->orphaned) /* no member holds the state: the joiners start from the checkpoint */
             return restart_training(c, &next, now);
-        for (uint32_t i = 0; i < next.n; i++)
-            if (c->role[next.ranks[i]] == ROLE_TO_TRAIN) {
-                tdl_status_t st = send_members(c, next.ranks[i], COORD_CMD_JOIN, &next);
-                if (st != TDL_OK)
-                    return st;
-            }
     }
+    size_t at;
+    tdl_status_t st = mem_put(c, &next, &at);
+    for (uint32_t i = 0; st == TDL_OK && target < serving && i < next.n; i++)
+        if (c->role[next.ranks[i]] == ROLE_TO_TRAIN)
+            st = send_members(c, next.ranks[i], COORD_CMD_JOIN, at);
+    if (st != TDL_OK)
+        return st;
     TDL_INFO("realloc: %d serving -> %d (%d training)", serving, target, (int)next.n);
     c->decided_at = now;
     c->decided_after_start = c->seen_step && c->step_ms > 0;
@@ -519,7 +544,7 @@ static tdl_status_t reallocate(coord_t *c, int serving, int target, double now)
     c->flight_open = target > serving;
     c->flight_first = c->nmoves;
     c->m = next;
-    return send_members(c, leader, COORD_CMD_RESIZE, &next);
+    return send_members(c, leader, COORD_CMD_RESIZE, at);
 }
 
 static tdl_status_t rank_left(coord_t *c, int w, double now)
@@ -611,13 +636,13 @@ static tdl_status_t try_regroup(coord_t *c)
     c->regrouped = true;
     TDL_WARN("training lost ranks %s: %u members go on from step %lld, the state of rank %d",
              lost[0] ? lost : "(none)", next.n, (long long)best, next.root);
-    for (uint32_t i = 0; i < next.n; i++) {
+    size_t at;
+    tdl_status_t st = mem_put(c, &next, &at);
+    for (uint32_t i = 0; st == TDL_OK && i < next.n; i++) {
         c->role[next.ranks[i]] = ROLE_TRAIN;
-        tdl_status_t st = send_members(c, next.ranks[i], COORD_CMD_RECOVER, &next);
-        if (st != TDL_OK)
-            return st;
+        st = send_members(c, next.ranks[i], COORD_CMD_RECOVER, at);
     }
-    return TDL_OK;
+    return st;
 }
 
 tdl_status_t coord_rank_lost(coord_t *c, double now, int w, const char *why)

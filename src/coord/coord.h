@@ -63,8 +63,8 @@ typedef struct coord_cmd {
     void *result; /* what coord_task_finished passed with the DECODE (the PNG) */
     size_t result_len;
     const char *why; /* of a failure */
-    /* RESIZE, JOIN, RECOVER, RESTART */
-    serve_wire_members_t members;
+    /* RESIZE, JOIN, RECOVER, RESTART (commands taken together may share it) */
+    const serve_wire_members_t *members;
     /* RELOAD */
     const char *path;
 } coord_cmd_t;

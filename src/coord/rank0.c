@@ -168,7 +168,7 @@ static tdl_status_t take_commands(rank0_t *r)
                                           : cmd->kind == COORD_CMD_RESIZE  ? SERVE_OP_RESIZE
                                           : cmd->kind == COORD_CMD_RESTART ? SERVE_OP_RESTART
                                                                            : SERVE_OP_RECOVER,
-                                          &cmd->members, &msg);
+                                          cmd->members, &msg);
             if (s == TDL_OK)
                 s = serve_dispatcher_send(r->d, cmd->worker, &msg);
             break;

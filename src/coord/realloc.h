@@ -20,12 +20,25 @@ typedef struct coord_realloc_view {
     double at_risk;   /* requests whose deadline the current serving ranks would miss */
 } coord_realloc_view_t;
 
+#define COORD_REALLOC_MAX_PERIODS 48
+
 typedef struct coord_realloc_opts {
     double drain_s;    /* serving aims to clear its backlog within this many seconds */
     double cooldown_s; /* a rank goes back to training only after serving needed fewer ranks
                         * for this long (hysteresis) */
     int static_serve;  /* the static policy: always this many serving */
+    /* the schedule policy: from hour from_h[i] of the day (ascending, the first 0) on, a
+     * share serve[i] of the workers serves; a day lasts day_s seconds of the caller's clock,
+     * which reads 0 at hour start_h */
+    int nperiods;
+    double from_h[COORD_REALLOC_MAX_PERIODS], serve[COORD_REALLOC_MAX_PERIODS];
+    double day_s, start_h;
 } coord_realloc_opts_t;
+
+/* A schedule "HOUR:SHARE,..." (e.g. "0:0.2,8:0.6,20:0.2": a fifth of the workers serve from
+ * midnight, three fifths from 8 h, a fifth from 20 h) into o; TDL_ERR_INVALID_ARG naming what is
+ * wrong: hours from 0, ascending, below 24; shares in [0, 1]. */
+tdl_status_t coord_realloc_schedule_parse(const char *text, coord_realloc_opts_t *o);
 
 typedef struct coord_realloc_ops {
     const char *name;
@@ -37,7 +50,7 @@ typedef struct coord_realloc_ops {
     int (*decide)(void *state, const coord_realloc_view_t *view);
 } coord_realloc_ops_t;
 
-/* "slo_first" (the default) and "static"; NULL for another name. */
+/* "slo_first" (the default), "static" and "schedule"; NULL for another name. */
 const coord_realloc_ops_t *coord_realloc_find(const char *name);
 const char *coord_realloc_names(void);
 

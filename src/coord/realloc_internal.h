@@ -14,6 +14,7 @@ static inline int coord_realloc_clamp(const coord_realloc_view_t *v, int want)
     return TDL_MAX(lo, TDL_MIN(hi, want));
 }
 
-extern const coord_realloc_ops_t coord_realloc_slo_first, coord_realloc_static;
+extern const coord_realloc_ops_t coord_realloc_slo_first, coord_realloc_static,
+    coord_realloc_schedule;
 
 #endif /* TIDAL_COORD_REALLOC_INTERNAL_H */

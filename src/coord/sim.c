@@ -16,6 +16,18 @@ typedef struct sim_ev {
     int id;
 } sim_ev_t;
 
+/* Events that are not a task's end (ids >= 0 are requests). */
+enum { EV_TRAIN_STEP = -1, EV_TRAIN_JOINED = -2, EV_TICK = -3 };
+
+/* Training as the simulated workers do it. */
+typedef struct sim_train {
+    serve_wire_members_t m, next; /* the group; a resize its leader holds for the step's end */
+    bool resize, done;
+    int64_t steps;
+    double since, device_s; /* members x seconds since the group last changed, and before */
+    double row_at, row_steps, arrived; /* the timeline's last row; arrivals since it */
+} sim_train_t;
+
 typedef struct sim {
     const coord_sim_config_t *cfg;
     coord_t *coord;
@@ -24,6 +36,7 @@ typedef struct sim {
     uint64_t seq;
     double now;
     double *finish;
+    sim_train_t tr;
 } sim_t;
 
 static void heap_push(sim_t *s, double t, int id)
@@ -62,7 +75,8 @@ static sim_ev_t heap_pop(sim_t *s)
     return top;
 }
 
-/* The coordinator's commands: a task finishes after its estimate; an answer ends a request. */
+/* The coordinator's commands: a task finishes after its estimate; an answer ends a request; a
+ * resize waits for the end of the step under way (its JOINs say the same to the joiners). */
 static void take_commands(sim_t *s, int *done)
 {
     const coord_cmd_t *cmd;
@@ -72,8 +86,99 @@ static void take_commands(sim_t *s, int *done)
         } else if (cmd->kind == COORD_CMD_ANSWER) {
             s->finish[cmd->request] = cmd->finish_s;
             (*done)++;
+        } else if (cmd->kind == COORD_CMD_RESIZE) {
+            s->tr.next = *cmd->members;
+            s->tr.resize = true;
         }
     }
+}
+
+/* ---- training -------------------------------------------------------------------------------- */
+
+static void account(sim_t *s)
+{
+    s->tr.device_s += s->tr.m.n * (s->now - s->tr.since);
+    s->tr.since = s->now;
+}
+
+static tdl_status_t report(sim_t *s, uint32_t kind, int w)
+{
+    serve_wire_report_t r = {
+        .kind = kind, .rank = w, .members = (int)s->tr.m.n, .step = s->tr.steps, .loss = NAN};
+    return coord_report(s->coord, s->now, w, &r);
+}
+
+static bool member(const serve_wire_members_t *m, int w)
+{
+    for (uint32_t i = 0; i < m->n; i++)
+        if (m->ranks[i] == w)
+            return true;
+    return false;
+}
+
+/* A step ended: the leader reports it, then takes the resize it holds, if any (its leavers go
+ * now, its joiners get the state before the next step). */
+static tdl_status_t train_step_end(sim_t *s, int *done)
+{
+    sim_train_t *t = &s->tr;
+    account(s);
+    t->steps++;
+    tdl_status_t st = report(s, SERVE_REPORT_STEP, t->m.ranks[0]);
+    take_commands(s, done);
+    if (st == TDL_OK && s->cfg->train_steps > 0 && t->steps >= s->cfg->train_steps) {
+        st = report(s, SERVE_REPORT_DONE, t->m.ranks[0]);
+        for (uint32_t i = 0; st == TDL_OK && i < t->m.n; i++)
+            st = report(s, SERVE_REPORT_LEFT, t->m.ranks[i]);
+        t->m.n = 0, t->done = true;
+        return st;
+    }
+    if (st != TDL_OK || !t->resize) {
+        heap_push(s, s->now + coord_train_step_s(s->cfg->train, (int)t->m.n), EV_TRAIN_STEP);
+        return st;
+    }
+    t->resize = false;
+    bool grows = false;
+    for (uint32_t i = 0; i < t->next.n; i++)
+        grows |= !member(&t->m, t->next.ranks[i]);
+    for (uint32_t i = 0; st == TDL_OK && i < t->m.n; i++)
+        if (!member(&t->next, t->m.ranks[i]))
+            st = report(s, SERVE_REPORT_LEFT, t->m.ranks[i]);
+    serve_wire_members_t old = t->m;
+    t->m = t->next;
+    if (grows) { /* the joiners report once they have the state */
+        t->next = old;
+        heap_push(s, s->now + coord_train_join_s(s->cfg->train), EV_TRAIN_JOINED);
+    } else {
+        heap_push(s, s->now + coord_train_step_s(s->cfg->train, (int)t->m.n), EV_TRAIN_STEP);
+    }
+    return st;
+}
+
+static tdl_status_t train_joined(sim_t *s)
+{
+    sim_train_t *t = &s->tr;
+    tdl_status_t st = TDL_OK;
+    for (uint32_t i = 0; st == TDL_OK && i < t->m.n; i++)
+        if (!member(&t->next, t->m.ranks[i])) /* next: the group before the join */
+            st = report(s, SERVE_REPORT_JOINED, t->m.ranks[i]);
+    heap_push(s, s->now + coord_train_step_s(s->cfg->train, (int)t->m.n), EV_TRAIN_STEP);
+    return st;
+}
+
+/* A timeline row: time, ranks serving and training, requests live, training's step and
+ * images/s and the arrivals per second since the last row, requests done. */
+static void row(sim_t *s, int done)
+{
+    sim_train_t *t = &s->tr;
+    double dt = s->now - t->row_at;
+    if (!s->cfg->timeline || dt < s->cfg->row_s)
+        return;
+    coord_training_t k;
+    coord_training_get(s->coord, &k);
+    fprintf(s->cfg->timeline, "%.3f,%d,%d,%d,%lld,%.3f,%.3f,%d\n", s->now, k.serving, k.training,
+            coord_live(s->coord), (long long)t->steps,
+            (t->steps - t->row_steps) * s->cfg->train->batch / dt, t->arrived / dt, done);
+    t->row_at = s->now, t->row_steps = (double)t->steps, t->arrived = 0;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -93,6 +198,17 @@ static void metrics(const sim_t *s, const coord_workload_request_t *reqs, int n,
 {
     memset(res, 0, sizeof(*res));
     res->requests = n;
+    if (s->cfg->realloc) {
+        coord_training_t t;
+        coord_training_get(s->coord, &t);
+        res->end_s = s->now;
+        res->train_device_h = s->tr.device_s / 3600;
+        res->train_steps = s->tr.steps;
+        res->train_images_per_s =
+            s->now > 0 ? (double)s->tr.steps * s->cfg->train->batch / s->now : 0;
+        res->moves_to_serve = t.moves_to_serve, res->moves_to_train = t.moves_to_train;
+        res->moves_per_h = s->now > 0 ? (t.moves_to_serve + t.moves_to_train) / (s->now / 3600) : 0;
+    }
     if (!n)
         return;
     double first = reqs[0].at_ms / 1000.0, last = 0, sum = 0;
@@ -137,9 +253,10 @@ tdl_status_t coord_sim_run(const coord_sim_config_t *cfg, const coord_workload_r
                            int n, coord_sim_result_t *result, double *finish_s)
 {
     if (!cfg || !cfg->cost || !cfg->policy || cfg->ranks < 1 || cfg->chunk < 1 || n < 0 ||
-        (n > 0 && !reqs))
+        (n > 0 && !reqs) || (cfg->realloc && !cfg->train))
         return tdl_error_raise(TDL_ERR_INVALID_ARG, "sim: need ranks >= 1, chunk >= 1, a cost "
-                                                    "model and a policy");
+                                                    "model, a policy (and with co-location a "
+                                                    "training model)");
     for (int i = 1; i < n; i++)
         if (reqs[i].at_ms < reqs[i - 1].at_ms)
             return tdl_error_raise(TDL_ERR_INVALID_ARG, "sim: the trace is not sorted by at_ms");
@@ -147,7 +264,7 @@ tdl_status_t coord_sim_run(const coord_sim_config_t *cfg, const coord_workload_r
     memset(&s, 0, sizeof(s));
     s.cfg = cfg;
     size_t nn = (size_t)(n > 0 ? n : 1);
-    s.heap = malloc(((size_t)cfg->ranks + 1) * sizeof(*s.heap));
+    s.heap = malloc(((size_t)cfg->ranks + 4) * sizeof(*s.heap)); /* a task a rank, training, tick */
     s.finish = calloc(nn, sizeof(double));
     double *lat = malloc(nn * sizeof(double));
     tdl_status_t st = TDL_OK;
@@ -159,11 +276,29 @@ tdl_status_t coord_sim_run(const coord_sim_config_t *cfg, const coord_workload_r
                          .chunk = cfg->chunk,
                          .cost = cfg->cost,
                          .policy = cfg->policy,
-                         .admit_max = INT32_MAX};
+                         .admit_max = INT32_MAX,
+                         .realloc = cfg->realloc,
+                         .realloc_opts = cfg->realloc_opts,
+                         .min_train = cfg->min_train,
+                         .min_serve = cfg->min_serve,
+                         .fixed_weights = true};
     if ((st = coord_create(&cc, &s.coord)) != TDL_OK)
         goto out;
+    double tick = cfg->tick_s > 0 ? cfg->tick_s : 0.02;
+    if (cfg->realloc) { /* every worker trains at first; the coordinator decides from the start */
+        s.tr.m = (serve_wire_members_t){.n = (uint32_t)cfg->ranks, .root = 1};
+        for (int w = 1; w <= cfg->ranks; w++)
+            s.tr.m.ranks[w - 1] = (uint16_t)w;
+        heap_push(&s, coord_train_step_s(cfg->train, cfg->ranks), EV_TRAIN_STEP);
+        heap_push(&s, 0, EV_TICK);
+        if (cfg->timeline)
+            fprintf(cfg->timeline,
+                    "t_s,serving,training,live,step,train_images_per_s,arrivals_per_s,done\n");
+    }
     int next = 0, done = 0;
-    while (st == TDL_OK && done < n) {
+    /* until the trace is served, and training (when it has a last step) has ended */
+    bool training = cfg->realloc && cfg->train_steps > 0;
+    while (st == TDL_OK && (done < n || (training && !s.tr.done))) {
         double ta = next < n ? reqs[next].at_ms / 1000.0 : INFINITY;
         double te = s.nheap ? s.heap[0].t : INFINITY;
         if (isinf(ta) && isinf(te)) {
@@ -177,15 +312,29 @@ tdl_status_t coord_sim_run(const coord_sim_config_t *cfg, const coord_workload_r
             serve_request_params_t p;
             coord_workload_params(&reqs[next++], &p);
             s.now = ta;
+            s.tr.arrived++;
             st = coord_request_arrive(s.coord, ta, &p, NULL);
         } else {
             sim_ev_t ev = heap_pop(&s);
             s.now = ev.t;
-            st = coord_task_finished(s.coord, ev.t, (uint64_t)ev.id, true, NULL, 0);
+            if (ev.id >= 0) {
+                st = coord_task_finished(s.coord, ev.t, (uint64_t)ev.id, true, NULL, 0);
+            } else if (ev.id == EV_TRAIN_STEP) {
+                st = train_step_end(&s, &done);
+            } else if (ev.id == EV_TRAIN_JOINED) {
+                st = train_joined(&s);
+            } else { /* the coordinator's turn; the next one only while there is work */
+                st = coord_tick(s.coord, s.now, 0);
+                row(&s, done);
+                if (next < n || coord_live(s.coord) > 0 || (training && !s.tr.done))
+                    heap_push(&s, s.now + tick, EV_TICK);
+            }
         }
         if (st == TDL_OK)
             take_commands(&s, &done);
     }
+    if (cfg->realloc)
+        account(&s);
     if (st == TDL_OK) {
         metrics(&s, reqs, n, result, lat);
         if (finish_s)

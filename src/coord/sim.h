@@ -1,11 +1,17 @@
 /* A discrete-event simulation of the coordinator: ranks, the requests of a trace, the policy's
  * placements, task completions costed by the cost model, migrations when a request's next task
- * goes to another set of ranks. Deterministic: the same inputs give the same numbers. */
+ * goes to another set of ranks; with co-location, training's steps, resizes and joins costed by
+ * the training model, and the reallocation policy's decisions. Deterministic: the same inputs
+ * give the same numbers. */
 #ifndef TIDAL_COORD_SIM_H
 #define TIDAL_COORD_SIM_H
 
+#include <stdio.h>
+
 #include "coord/cost.h"
 #include "coord/policy.h"
+#include "coord/realloc.h"
+#include "coord/train_model.h"
 #include "coord/workload.h"
 
 typedef struct coord_sim_config {
@@ -13,6 +19,17 @@ typedef struct coord_sim_config {
     int chunk; /* denoising steps per STEP_CHUNK task */
     const coord_cost_model_t *cost;
     const coord_policy_ops_t *policy;
+    /* co-location (realloc not NULL): the ranks are the workers of `tidal run`, all training at
+     * first, moved by the reallocation policy through the same coordinator code; a step and a
+     * join cost what `train` says, a leaver waits for the step under way to end */
+    const coord_realloc_ops_t *realloc;
+    coord_realloc_opts_t realloc_opts;
+    int min_train, min_serve;
+    const coord_train_model_t *train;
+    int64_t train_steps; /* training's last step; 0: it goes on until the trace is served */
+    double tick_s;       /* how often the coordinator decides (0: 0.02 s, as tidal run) */
+    FILE *timeline;      /* a CSV row every row_s simulated seconds, when not NULL */
+    double row_s;
 } coord_sim_config_t;
 
 typedef struct coord_sim_result {
@@ -26,6 +43,13 @@ typedef struct coord_sim_result {
     double utilization;        /* rank-seconds busy (migrations included) / ranks x makespan */
     long tasks, migrations;
     double migration_s; /* total time spent moving state */
+    /* co-location, over the simulated time (0 to the last answer) */
+    double end_s;
+    double train_device_h; /* device-hours in training: its members times the time */
+    int64_t train_steps;
+    double train_images_per_s; /* images trained over end_s */
+    int moves_to_serve, moves_to_train;
+    double moves_per_h;
 } coord_sim_result_t;
 
 /* Runs the trace (sorted by at_ms) to the end. finish_s, when not NULL, receives each request's

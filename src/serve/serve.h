@@ -365,7 +365,7 @@ tdl_status_t serve_traj_migrate(gfc_runtime_t *rt, int me, const int *a, int na,
 /* Commands other than tasks: stop, and the callers' own (op > SERVE_OP_STOP) with up to
  * SERVE_USER_BYTES of payload. */
 #define SERVE_OP_STOP    2
-#define SERVE_USER_BYTES 256
+#define SERVE_USER_BYTES 2304 /* a membership of SERVE_WIRE_MAX_WORKERS (wire.h) fits */
 typedef struct serve_ctl_msg {
     uint32_t op, len;
     unsigned char data[SERVE_USER_BYTES];

@@ -75,7 +75,7 @@ static inline bool serve_wire_member(const int *ranks, int n, int r)
     15 /* to a serving worker once every member died: train in this membership                     \
         * from the newest checkpoint of the run (or its first step) */
 
-#define SERVE_WIRE_MAX_WORKERS 112
+#define SERVE_WIRE_MAX_WORKERS 1024
 
 /* A training membership: world ranks in order (the first leads), and the rank whose state a
  * group that grows starts from.

@@ -46,6 +46,7 @@ typedef struct got {
     coord_cmd_t cmd;
     int ranks[SERVE_MAX_DEGREE], prev[SERVE_MAX_DEGREE];
     serve_traj_spec_t spec;
+    serve_wire_members_t mem; /* RESIZE, JOIN, RECOVER, RESTART */
     char text[256];
 } got_t;
 
@@ -64,6 +65,8 @@ static int take(coord_t *c, got_t *out, int max)
                 memcpy(g->prev, cmd->task.prev, (size_t)cmd->task.nprev * sizeof(int));
             g->spec = *cmd->spec;
         }
+        if (cmd->members)
+            g->mem = *cmd->members;
         snprintf(g->text, sizeof(g->text), "%s", cmd->why ? cmd->why : "");
     }
     return n;
@@ -264,9 +267,8 @@ static void test_burst(void)
     int n = take(c, g, 8);
     ok(n == 1 && g[0].cmd.kind == COORD_CMD_RESIZE && g[0].cmd.worker == 1,
        "the burst: a resize to training's leader, rank 1");
-    ok(g[0].cmd.members.n == 2 && g[0].cmd.members.ranks[0] == 1 &&
-           g[0].cmd.members.ranks[1] == 2 && g[0].cmd.members.epoch == 1 &&
-           g[0].cmd.members.root == 1,
+    ok(g[0].mem.n == 2 && g[0].mem.ranks[0] == 1 && g[0].mem.ranks[1] == 2 && g[0].mem.epoch == 1 &&
+           g[0].mem.root == 1,
        "training goes on as {1, 2}, epoch 1; rank 3 is to serve");
     coord_tick(c, 0.29, 0);
     is_int(take(c, g, 8), 0, "no new decision while the move is under way");
@@ -301,9 +303,8 @@ static void test_burst(void)
     ok(n == 2 && g[0].cmd.kind == COORD_CMD_JOIN && g[0].cmd.worker == 3 &&
            g[1].cmd.kind == COORD_CMD_RESIZE && g[1].cmd.worker == 1,
        "after it: a join to rank 3 and a resize to the leader");
-    ok(g[0].cmd.members.n == 3 && g[0].cmd.members.ranks[2] == 3 && g[0].cmd.members.epoch == 2 &&
-           g[0].cmd.members.root == 1 &&
-           !memcmp(&g[0].cmd.members, &g[1].cmd.members, sizeof(g[0].cmd.members)),
+    ok(g[0].mem.n == 3 && g[0].mem.ranks[2] == 3 && g[0].mem.epoch == 2 && g[0].mem.root == 1 &&
+           !memcmp(&g[0].mem, &g[1].mem, sizeof(g[0].mem)),
        "both name {1, 2, 3}, epoch 2, the state from rank 1");
     r = rep(SERVE_REPORT_JOINED, 3, 5, NULL);
     coord_report(c, 1.3, 3, &r);
@@ -584,9 +585,8 @@ static void test_training_lost(void)
     coord_report(c, 0.22, 2, &r);
     int n = take(c, g, 8);
     const got_t *a = to(g, n, COORD_CMD_RECOVER, 1), *b = to(g, n, COORD_CMD_RECOVER, 2);
-    ok(n == 2 && a && b && a->cmd.members.n == 2 && a->cmd.members.ranks[0] == 1 &&
-           a->cmd.members.ranks[1] == 2 && a->cmd.members.epoch == 1 &&
-           !memcmp(&a->cmd.members, &b->cmd.members, sizeof(a->cmd.members)),
+    ok(n == 2 && a && b && a->mem.n == 2 && a->mem.ranks[0] == 1 && a->mem.ranks[1] == 2 &&
+           a->mem.epoch == 1 && !memcmp(&a->mem, &b->mem, sizeof(a->mem)),
        "both reports: RECOVER {1, 2}, epoch 1, to each");
     r = rep(SERVE_REPORT_STEP, 1, 8, NULL);
     coord_report(c, 0.3, 1, &r);
@@ -605,8 +605,8 @@ static void test_training_lost(void)
     coord_report(c, 0.29, 2, &r);
     n = take(c, g, 8);
     a = to(g, n, COORD_CMD_RECOVER, 2), b = to(g, n, COORD_CMD_RECOVER, 3);
-    ok(a && b && a->cmd.members.n == 2 && a->cmd.members.ranks[0] == 2 &&
-           a->cmd.members.ranks[1] == 3 && (a->cmd.members.root == 2 || a->cmd.members.root == 3),
+    ok(a && b && a->mem.n == 2 && a->mem.ranks[0] == 2 && a->mem.ranks[1] == 3 &&
+           (a->mem.root == 2 || a->mem.root == 3),
        "RECOVER {2, 3} to both: no restart from a checkpoint");
     coord_training_get(c, &t);
     ok(!t.orphaned && t.restarts == 0 && t.training == 2 && t.moves_to_serve == 0,
@@ -625,8 +625,7 @@ static void test_training_lost(void)
     coord_report(c, 0.29, 2, &r);
     n = take(c, g, 8);
     a = to(g, n, COORD_CMD_RECOVER, 2);
-    ok(n == 1 && a && a->cmd.members.n == 1 && a->cmd.members.root == 2,
-       "rank 2 trains on alone: RECOVER {2}");
+    ok(n == 1 && a && a->mem.n == 1 && a->mem.root == 2, "rank 2 trains on alone: RECOVER {2}");
     coord_training_get(c, &t);
     ok(t.serving == 1 && t.training == 1, "1 serves, 1 trains");
     coord_free(c);
@@ -652,7 +651,7 @@ static void test_training_lost(void)
             if (g[k].cmd.kind == COORD_CMD_TASK)
                 coord_task_finished(c, now, g[k].cmd.request, true, NULL, 0);
             restarted |= g[k].cmd.kind == COORD_CMD_RESTART && g[k].cmd.worker == 3 &&
-                         g[k].cmd.members.n == 1 && g[k].cmd.members.root == 3;
+                         g[k].mem.n == 1 && g[k].mem.root == 3;
         }
         coord_tick(c, now, 0);
     }

@@ -1,6 +1,7 @@
 /* The simulator against timelines computed by hand (exact completion times, one migration and
  * its cost), the cost model's fit and JSON round trip, the trace format, a policy that leaves
- * work waiting, and 512 ranks by 10,000 requests (its time reported, not asserted). */
+ * work waiting, 512 ranks by 10,000 requests (its time reported, not asserted), and co-located
+ * training by hand: a resize to serving, a join with its state, training's end. */
 #include "config.h"
 
 #include <math.h>
@@ -233,6 +234,73 @@ static void test_scale(void)
     free(rs);
 }
 
+/* Training in the simulator, by hand: steps of 4 images, 10 ms each and 10 ms fixed, an
+ * all-reduce of 10 ms of bytes at 2 members (2 (n - 1) / n of 1 MB at 100 MB/s), a join's state
+ * 10 ms. So a step takes 40 ms on 2 members and 50 ms on 1. */
+static void train_hand(coord_train_model_t *t)
+{
+    *t = (coord_train_model_t){.batch = 4,
+                               .image_s = 0.01,
+                               .fixed_s = 0.01,
+                               .grad_bytes = 1e6,
+                               .link_bytes_per_s = 1e8,
+                               .hop_s = 0,
+                               .state_bytes = 1e6};
+}
+
+static void test_colocate(void)
+{
+    coord_cost_model_t m;
+    model_hand(&m);
+    coord_train_model_t t;
+    train_hand(&t);
+    is_near(coord_train_step_s(&t, 2), 0.04, 1e-12, "a step of 2 members: 40 ms");
+    is_near(coord_train_step_s(&t, 1), 0.05, 1e-12, "of 1: 50 ms");
+    is_near(coord_train_join_s(&t), 0.01, 1e-12, "a join: 10 ms for the state");
+    /* a day of 1 s: half the workers serve until noon (0.5 s), none after. At 0 rank 2 is told
+     * to leave; it does at the end of step 1 (40 ms). Rank 1 alone: steps end at 90, 140, ...,
+     * 490, 540 ms. At noon (the tick of 500 ms) rank 2 is sent back: the leader takes it at the
+     * end of step 11 (540 ms), the state takes 10 ms, and step 12, on 2 members, ends at 590. */
+    coord_sim_config_t c = {.ranks = 2,
+                            .chunk = 1,
+                            .cost = &m,
+                            .policy = coord_policy_find("static_sp1"),
+                            .realloc = coord_realloc_find("schedule"),
+                            .min_train = 1,
+                            .train = &t,
+                            .train_steps = 12,
+                            .tick_s = 0.0625};
+    ok(coord_realloc_schedule_parse("0:0.5,12:0", &c.realloc_opts) == TDL_OK, "a schedule");
+    c.realloc_opts.day_s = 1;
+    coord_sim_result_t r;
+    ok(coord_sim_run(&c, NULL, 0, &r, NULL) == TDL_OK, "training alone, co-located, runs");
+    is_int((int)r.train_steps, 12, "its 12 steps");
+    is_near(r.end_s, 0.59, 1e-9, "training ends at 590 ms");
+    /* 2 members for 40 ms, 1 for 500 ms, 2 for 50 ms (the join's 10 and a step of 40) */
+    is_near(r.train_device_h * 3600, 2 * 0.04 + 0.5 + 2 * 0.05, 1e-9, "0.68 device-seconds");
+    ok(r.moves_to_serve == 1 && r.moves_to_train == 1, "one move each way (%d, %d)",
+       r.moves_to_serve, r.moves_to_train);
+    is_near(r.train_images_per_s, 12 * 4 / 0.59, 1e-6, "48 images in 590 ms");
+
+    /* a request at 100 ms: rank 2 serves it at once (prepare 1, 10 steps of 10, decode 2 ms) */
+    coord_workload_request_t q = wreq(100, 10, 0, 0);
+    double fin = 0;
+    ok(coord_sim_run(&c, &q, 1, &r, &fin) == TDL_OK, "with a request");
+    is_near(fin, 0.1 + 0.001 + 0.1 + 0.002, 1e-9, "served by rank 2 from its arrival: 203 ms");
+    is_int((int)r.train_steps, 12, "training still runs its 12 steps");
+
+    /* static, 1 serving: rank 2 never comes back; the request the same */
+    c.realloc = coord_realloc_find("static");
+    c.realloc_opts.static_serve = 1;
+    ok(coord_sim_run(&c, &q, 1, &r, &fin) == TDL_OK, "static");
+    is_near(r.end_s, 0.04 + 11 * 0.05, 1e-9, "training on rank 1 alone from 40 ms: ends at 590");
+    is_near(r.train_device_h * 3600, 2 * 0.04 + 11 * 0.05, 1e-9, "0.63 device-seconds");
+    ok(r.moves_to_serve == 1 && r.moves_to_train == 0, "one move to serving");
+    c.train = NULL;
+    ok(coord_sim_run(&c, &q, 1, &r, &fin) == TDL_ERR_INVALID_ARG,
+       "co-location without a training model is refused");
+}
+
 int main(void)
 {
     test_static_timelines();
@@ -241,5 +309,6 @@ int main(void)
     test_cost();
     test_trace();
     test_scale();
+    test_colocate();
     return done_testing();
 }
