@@ -65,6 +65,10 @@ const tdl_param_def_t cli_serve_params[CLI_SERVE_NPARAMS] = {
      "under mpirun: a JSON line per finished request (seq, id, arrival_s, finish_s, latency_s, "
      "ok) to this file, as tidal sim --request-log writes",
      NULL, 1, 0},
+    {"event-log", TDL_PARAM_STRING, NULL,
+     "under mpirun: every event the coordinator takes and every command it gives, a line each, "
+     "to this file; tidal sim --replay feeds it to the same code again (doc/coordinator.md)",
+     NULL, 1, 0},
     {"cfg-parallel", TDL_PARAM_BOOL, "false",
      "with an even --sp: a guided request's conditional and unconditional halves run on the two "
      "halves of its ranks at once",
@@ -188,6 +192,7 @@ static void rank0_opts(tdl_params_t *params, const cli_colocate_t *run, char *po
         .policy = policy,
         .cost = tdl_param_str(params, "cost"),
         .request_log = tdl_param_str(params, "request-log"),
+        .event_log = tdl_param_str(params, "event-log"),
         .chunk = (int)tdl_param_int(params, "chunk"),
         .cfg_parallel = tdl_param_bool(params, "cfg-parallel"),
         .colocate = run ? &run->colocate : NULL};

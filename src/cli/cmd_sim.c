@@ -32,6 +32,13 @@ static const tdl_param_def_t sim_params[] = {
      NULL, 1, 0},
     {"format", TDL_PARAM_ENUM, "text", "text: one summary line; csv: a header and a row",
      "text|csv", 1, 0},
+    {"replay", TDL_PARAM_STRING, NULL,
+     "instead of simulating: feed the events of a coordinator's --event-log (tidal serve, tidal "
+     "run, tidal sim) to the same coordinator code, writing its own log to --event-log",
+     NULL, 1, 0},
+    {"event-log", TDL_PARAM_STRING, NULL,
+     "the coordinator's events and commands, a line each (as tidal run --event-log writes)", NULL,
+     1, 0},
     {"colocate", TDL_PARAM_BOOL, "false",
      "the ranks are tidal run's workers: all train at first, and the reallocation policy "
      "(--realloc) moves them to serving and back, training costed by --train-model",
@@ -55,9 +62,31 @@ static int sim_run_cmd(tdl_params_t *params, int npos, char **pos)
 {
     if (npos)
         return cli_usage_error("'tidal sim' takes no positional argument ('%s')", pos[0]);
+    const char *replay = tdl_param_str(params, "replay"),
+               *elog = tdl_param_str(params, "event-log");
+    FILE *ef = NULL;
+    if (!replay && !tdl_param_str(params, "trace"))
+        return cli_usage_error("'tidal sim' needs --trace FILE (see 'tidal workload') or --replay "
+                               "LOG");
+    if (replay) { /* the log's header says the rest */
+        if (elog && !(ef = fopen(elog, "w"))) {
+            fprintf(stderr, "tidal: --event-log %s: %s\n", elog, strerror(errno));
+            return CLI_EXIT_FAILURE;
+        }
+        coord_config_t cc = {.event_log = ef};
+        tdl_status_t st = coord_replay(replay, &cc);
+        if (ef && fclose(ef) != 0 && st == TDL_OK)
+            st = tdl_error_raise(TDL_ERR_IO, "--event-log %s: %s", elog, strerror(errno));
+        if (st != TDL_OK) {
+            fprintf(stderr, "tidal: --replay: %s\n", tdl_error_get());
+            return st == TDL_ERR_CORRUPT || st == TDL_ERR_NOT_FOUND || st == TDL_ERR_MISMATCH
+                       ? CLI_EXIT_USAGE
+                       : CLI_EXIT_FAILURE;
+        }
+        printf("tidal sim: replayed %s%s%s\n", replay, elog ? " into " : "", elog ? elog : "");
+        return CLI_EXIT_OK;
+    }
     const char *trace = tdl_param_str(params, "trace");
-    if (!trace)
-        return cli_usage_error("'tidal sim' needs --trace FILE (see 'tidal workload')");
     const char *pname = tdl_param_str(params, "policy");
     const coord_policy_ops_t *policy = coord_policy_find(pname);
     if (!policy)
@@ -115,6 +144,14 @@ static int sim_run_cmd(tdl_params_t *params, int npos, char **pos)
         cfg.timeline = timeline;
         cfg.row_s = tdl_param_double(params, "timeline-every");
     }
+    if (elog && !(ef = fopen(elog, "w"))) {
+        fprintf(stderr, "tidal: --event-log %s: %s\n", elog, strerror(errno));
+        free(reqs);
+        if (timeline)
+            fclose(timeline);
+        return CLI_EXIT_FAILURE;
+    }
+    cfg.event_log = ef;
     coord_sim_result_t r;
     double t0 = tdl_clock_s();
     double *finish = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
@@ -140,6 +177,8 @@ static int sim_run_cmd(tdl_params_t *params, int npos, char **pos)
     free(reqs);
     if (timeline && fclose(timeline) != 0 && st == TDL_OK)
         st = tdl_error_raise(TDL_ERR_IO, "--timeline: %s", strerror(errno));
+    if (ef && fclose(ef) != 0 && st == TDL_OK)
+        st = tdl_error_raise(TDL_ERR_IO, "--event-log %s: %s", elog, strerror(errno));
     if (st != TDL_OK) {
         fprintf(stderr, "tidal: %s\n", tdl_error_get());
         return CLI_EXIT_FAILURE;

@@ -3,7 +3,9 @@
  * policy at step boundaries. */
 #include "config.h"
 
+#include <inttypes.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +56,7 @@ struct coord {
     serve_wire_members_t *mems; /* the memberships of the commands waiting, each once */
     size_t nmems, memcap;
     coord_cmd_t out; /* the command last taken */
+    bool taken;      /* commands were taken since the queue last ran dry (the event log's "end") */
     coord_stats_t stats;
     /* co-location */
     void *pstate;
@@ -89,6 +92,91 @@ static bool guided(const serve_traj_spec_t *s)
     return serve_guided(s->label, s->cfg);
 }
 
+/* ---- the event log ----------------------------------------------------------------------------
+ * One line an event or command; times with %.17g, so that a replay reads back the very double. */
+
+static void elog(const coord_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void elog(const coord_t *c, const char *fmt, ...)
+{
+    if (!c->cfg.event_log)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(c->cfg.event_log, fmt, ap);
+    va_end(ap);
+    fputc('\n', c->cfg.event_log);
+}
+
+/* What a replay needs to build the same coordinator: its configuration, the reallocation's
+ * options and the cost model as it uses it (trimmed to the model and the ranks). */
+static void elog_header(const coord_t *c)
+{
+    const coord_config_t *g = &c->cfg;
+    const coord_realloc_opts_t *o = &g->realloc_opts;
+    elog(c,
+         "# tidal coordinator events 1: workers=%d chunk=%d max_degree=%d cfg_parallel=%d "
+         "admit_max=%d policy=%s realloc=%s min_train=%d min_serve=%d fixed_weights=%d",
+         g->workers, g->chunk, g->max_degree, g->cfg_parallel, g->admit_max, g->policy->name,
+         g->realloc ? g->realloc->name : "none", g->min_train, g->min_serve, g->fixed_weights);
+    elog(c, "# realloc drain=%.17g cooldown=%.17g static_serve=%d day_s=%.17g start_h=%.17g",
+         o->drain_s, o->cooldown_s, o->static_serve, o->day_s, o->start_h);
+    for (int i = 0; i < o->nperiods; i++)
+        elog(c, "# period from_h=%.17g serve=%.17g", o->from_h[i], o->serve[i]);
+    const coord_cost_model_t *m = &c->cost;
+    elog(c,
+         "# cost patch=%d per_image=%d migration_latency_s=%.17g migration_bytes_per_s=%.17g "
+         "state_bytes_per_token=%.17g",
+         m->patch, m->per_image, m->migration_latency_s, m->migration_bytes_per_s,
+         m->state_bytes_per_token);
+    for (int k = 0; k < COORD_COST_NSTAGES; k++)
+        for (int i = 0; i < m->nfits[k]; i++) {
+            const coord_cost_fit_t *f = &m->fits[k][i];
+            elog(c, "# fit stage=%d degree=%d a=%.17g b=%.17g c=%.17g rel_err=%.17g", k, f->degree,
+                 f->a, f->b, f->c, f->rel_err);
+        }
+}
+
+static void elog_ranks(const coord_t *c, const char *what, const int *r, int n)
+{
+    fprintf(c->cfg.event_log, " %s", what);
+    for (int i = 0; i < n; i++)
+        fprintf(c->cfg.event_log, "%c%d", i ? ',' : '=', r[i]);
+    if (!n)
+        fputs("=-", c->cfg.event_log);
+}
+
+static void elog_command(const coord_t *c, const coord_cmd_t *o)
+{
+    static const char *const kinds[] = {"task",   "answer",  "resize", "join",
+                                        "reload", "recover", "leave",  "restart"};
+    FILE *f = c->cfg.event_log;
+    if (!f)
+        return;
+    fprintf(f, "> %s", (unsigned)o->kind < TDL_ARRAY_SIZE(kinds) ? kinds[o->kind] : "?");
+    if (o->kind == COORD_CMD_TASK) {
+        fprintf(f, " req=%" PRIu64 " task=%d steps=%d move=%d cfgp=%d seq=%" PRIu64 " est=%.17g",
+                o->request, (int)o->task.kind, o->task.steps, o->task.move, o->task.cfg_parallel,
+                o->task.seq, o->estimate_s);
+        elog_ranks(c, "ranks", o->task.ranks, o->task.nranks);
+        elog_ranks(c, "prev", o->task.prev, o->task.nprev);
+    } else if (o->kind == COORD_CMD_ANSWER) {
+        fprintf(f, " req=%" PRIu64 " ok=%d late=%d finish=%.17g why=%s", o->request, o->ok, o->late,
+                o->finish_s, o->why && *o->why ? o->why : "-");
+    } else {
+        fprintf(f, " worker=%d", o->worker);
+        if (o->members) {
+            fprintf(f, " epoch=%u root=%d", o->members->epoch, o->members->root);
+            int r[SERVE_WIRE_MAX_WORKERS];
+            for (uint32_t i = 0; i < o->members->n; i++)
+                r[i] = o->members->ranks[i];
+            elog_ranks(c, "members", r, (int)o->members->n);
+        }
+        if (o->kind == COORD_CMD_RELOAD)
+            fprintf(f, " path=%s", o->path);
+    }
+    fputc('\n', f);
+}
+
 /* ---- commands ------------------------------------------------------------------------------ */
 
 static tdl_status_t push(coord_t *c, coord_pending_t **out)
@@ -121,7 +209,20 @@ static tdl_status_t pool_put(coord_t *c, const int *v, int n, int add, size_t *a
     return TDL_OK;
 }
 
+static const coord_cmd_t *command_next(coord_t *c);
+
 const coord_cmd_t *coord_command_next(coord_t *c)
+{
+    const coord_cmd_t *o = command_next(c);
+    if (o)
+        elog_command(c, o);
+    else if (c->taken)
+        elog(c, "> end");
+    c->taken = o != NULL;
+    return o;
+}
+
+static const coord_cmd_t *command_next(coord_t *c)
 {
     if (c->head == c->ncmds && c->answers_head < c->nanswers) {
         const coord_req_t *r = &c->reqs[c->answers[c->answers_head]];
@@ -308,6 +409,7 @@ tdl_status_t coord_create(const coord_config_t *cfg, coord_t **out)
         coord_free(c);
         return st;
     }
+    elog_header(c);
     *out = c;
     return TDL_OK;
 }
@@ -349,6 +451,11 @@ bool coord_admits(const coord_t *c)
 tdl_status_t coord_request_arrive(coord_t *c, double now, const serve_request_params_t *p,
                                   void *handle)
 {
+    elog(c,
+         "arrive %.17g label=%d cfg=%.17g n=%d res=%d steps=%d sampler=%d priority=%d "
+         "deadline_ms=%" PRId64 " seed=%" PRIu64,
+         now, p->label, p->cfg, p->n, p->resolution, p->steps, (int)p->sampler, p->priority,
+         p->deadline_ms, p->seed);
     if (c->nreqs == c->cap) {
         size_t cap = c->cap ? 2 * c->cap : 64;
         uint64_t *ans = tdl_realloc(c->answers, cap * sizeof(*ans));
@@ -387,6 +494,7 @@ tdl_status_t coord_request_arrive(coord_t *c, double now, const serve_request_pa
 tdl_status_t coord_task_finished(coord_t *c, double now, uint64_t request, bool ok, void *result,
                                  size_t result_len)
 {
+    elog(c, "finish %.17g req=%" PRIu64 " ok=%d", now, request, ok);
     if (request >= c->nreqs)
         return tdl_error_raise(TDL_ERR_INVALID_ARG,
                                "coordinator: no request %llu finished a "
@@ -409,6 +517,7 @@ tdl_status_t coord_task_finished(coord_t *c, double now, uint64_t request, bool 
 
 tdl_status_t coord_task_lost(coord_t *c, double now, uint64_t request)
 {
+    elog(c, "lost %.17g req=%" PRIu64, now, request);
     if (request >= c->nreqs)
         return tdl_error_raise(TDL_ERR_INVALID_ARG, "coordinator: no request %llu lost a task",
                                (unsigned long long)request);
@@ -439,6 +548,7 @@ static int drop(coord_t *c, double now, bool started_too, const char *why)
 
 int coord_shutdown(coord_t *c, double now, const char *why)
 {
+    elog(c, "shutdown %.17g why=%s", now, why);
     return drop(c, now, false, why);
 }
 
@@ -647,6 +757,7 @@ static tdl_status_t try_regroup(coord_t *c)
 
 tdl_status_t coord_rank_lost(coord_t *c, double now, int w, const char *why)
 {
+    elog(c, "dead %.17g worker=%d why=%s", now, w, why && *why ? why : "-");
     if (w < 1 || w > c->cfg.workers)
         return tdl_error_raise(TDL_ERR_INVALID_ARG, "coordinator: no worker %d was lost", w);
     if (coord_sched_lost(c->sched, w - 1))
@@ -676,6 +787,8 @@ tdl_status_t coord_rank_lost(coord_t *c, double now, int w, const char *why)
 
 tdl_status_t coord_report(coord_t *c, double now, int w, const serve_wire_report_t *r)
 {
+    elog(c, "report %.17g worker=%d kind=%u members=%d step=%" PRId64 " loss=%.17g path=%.*s", now,
+         w, r->kind, r->members, r->step, r->loss, (int)strnlen(r->path, sizeof(r->path)), r->path);
     if (!c->cfg.realloc || w < 1 || w > c->cfg.workers)
         return tdl_error_raise(TDL_ERR_CORRUPT, "rank %d sent a report of kind %u %s", w, r->kind,
                                c->cfg.realloc ? "(no such worker)" : "(nothing trains)");
@@ -729,6 +842,9 @@ tdl_status_t coord_report(coord_t *c, double now, int w, const serve_wire_report
             }
         return TDL_OK;
     case SERVE_REPORT_LEFT:
+        if (c->role[w] != ROLE_TO_SERVE && !(c->role[w] == ROLE_TRAIN && c->regrouping))
+            return tdl_error_raise(TDL_ERR_CORRUPT,
+                                   "rank %d reports it left training, which it was not told to", w);
         if (c->role[w] == ROLE_TRAIN && c->regrouping) {
             /* a leaver of a resize made void (void_resize) that had left all the same */
             for (uint32_t i = 0; i < c->m.n; i++)
@@ -745,6 +861,9 @@ tdl_status_t coord_report(coord_t *c, double now, int w, const serve_wire_report
         }
         return rank_left(c, w, now);
     case SERVE_REPORT_JOINED:
+        if (c->role[w] != ROLE_TO_TRAIN)
+            return tdl_error_raise(
+                TDL_ERR_CORRUPT, "rank %d reports it joined training, which it was not told to", w);
         c->role[w] = ROLE_TRAIN;
         c->pending--;
         return TDL_OK;
@@ -780,6 +899,7 @@ tdl_status_t coord_tick(coord_t *c, double now, int queued)
         coord_sched_stats_t k;
         coord_sched_get_stats(c->sched, &k);
         if (live > 0 && running == 0 && k.lost > 0) { /* what needs more ranks than are left */
+            elog(c, "tick %.17g queued=%d", now, queued);
             char why[SERVE_ERROR_MAX];
             snprintf(why, sizeof(why),
                      "policy %s cannot place it on the %d executors left alive (%d died)",
@@ -796,6 +916,7 @@ tdl_status_t coord_tick(coord_t *c, double now, int queued)
     }
     if (c->pending > 0 || c->regrouping || now - c->last_decide < 0.02 || c->done)
         return TDL_OK;
+    elog(c, "tick %.17g queued=%d", now, queued); /* (ticks that decide nothing go unlogged) */
     c->last_decide = now;
     int serving = 0, lost = 0;
     for (int k = 1; k <= c->cfg.workers; k++) {

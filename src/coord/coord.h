@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "coord/cost.h"
 #include "coord/policy.h"
@@ -33,6 +34,9 @@ typedef struct coord_config {
     coord_realloc_opts_t realloc_opts;
     int min_train, min_serve;
     bool fixed_weights; /* serving keeps its weights: checkpoints are not reloaded */
+    /* when not NULL: every event that can change a decision, and every command, a line each
+     * (doc/coordinator.md); coord_replay feeds such a log to another coordinator */
+    FILE *event_log;
 } coord_config_t;
 
 typedef enum {
@@ -153,6 +157,13 @@ void coord_training_get(const coord_t *c, coord_training_t *out);
 void coord_move_stats_get(coord_t *c, coord_move_stats_t *out);
 void coord_stats_get(const coord_t *c, coord_stats_t *out);
 const char *coord_policy_name(const coord_t *c);
+
+/* Replays an event log (coord_config_t.event_log) on a coordinator made from cfg, whose
+ * workers, policy and reallocation must be those the log's first line names: every event is
+ * fed at its time, commands are taken where the log took them, and the new coordinator's own log
+ * goes to cfg->event_log. The same code fed the same events writes the same lines.
+ * TDL_ERR_CORRUPT names the line it cannot read, TDL_ERR_MISMATCH a header that differs. */
+tdl_status_t coord_replay(const char *path, const coord_config_t *cfg);
 const char *coord_realloc_name(const coord_t *c);
 
 /* The cost model's degrees that a model of num_heads heads and width hidden can run on

@@ -41,6 +41,7 @@ typedef struct coord_rank0_opts {
     const char *policy; /* a placement policy by name */
     const char *cost;   /* a cost model file (NULL: the built-in one) */
     const char *request_log;
+    const char *event_log; /* the coordinator's events and commands (coord_config_t.event_log) */
     int chunk;
     bool cfg_parallel;
     const coord_colocate_opts_t *colocate; /* NULL: plain serving */

@@ -111,7 +111,8 @@ typedef struct rank0 {
     serve_dispatcher_t *d;
     serve_queue_t *q;
     coord_colocate_t *coloc;
-    FILE *log;
+    FILE *log;  /* --request-log */
+    FILE *elog; /* --event-log */
     double t0;
     int dead_seen; /* gfc's count of deaths at the last look */
 } rank0_t;
@@ -294,7 +295,7 @@ static void print_latency(const char *what, serve_queue_t *q, serve_source_t src
 
 /* The coordinator for `world - 1` executors, from the options and the model. */
 static tdl_status_t coordinator_create(const coord_rank0_opts_t *o, int world, const dit_model_t *m,
-                                       coord_t **out)
+                                       FILE *event_log, coord_t **out)
 {
     coord_cost_model_t cost;
     tdl_status_t st = TDL_OK;
@@ -316,7 +317,8 @@ static tdl_status_t coordinator_create(const coord_rank0_opts_t *o, int world, c
                          .realloc_opts = k ? k->realloc_opts : (coord_realloc_opts_t){0},
                          .min_train = k ? k->min_train : 0,
                          .min_serve = k ? k->min_serve : 0,
-                         .fixed_weights = k && k->fixed};
+                         .fixed_weights = k && k->fixed,
+                         .event_log = event_log};
     if (!cc.policy)
         return tdl_error_raise(TDL_ERR_INVALID_ARG, "unknown policy '%s': use one of %s",
                                o->policy ? o->policy : "(none)", coord_policy_names());
@@ -357,7 +359,11 @@ tdl_status_t coord_rank0_run(const coord_rank0_opts_t *o, int world, dit_model_t
                                  strerror(errno));
             goto out;
         }
-        if ((st = coordinator_create(o, world, m, &r.co)) != TDL_OK)
+        if (o->event_log && !(r.elog = fopen(o->event_log, "w"))) {
+            st = tdl_error_raise(TDL_ERR_IO, "--event-log %s: %s", o->event_log, strerror(errno));
+            goto out;
+        }
+        if ((st = coordinator_create(o, world, m, r.elog, &r.co)) != TDL_OK)
             goto out;
         if (o->colocate && (st = coord_colocate_open(o->colocate, world - 1, &r.coloc)) != TDL_OK)
             goto out;
@@ -539,6 +545,8 @@ out:
     coord_free(r.co);
     if (r.log)
         fclose(r.log);
+    if (r.elog)
+        fclose(r.elog);
     serve_queue_destroy(r.q);
     serve_trace_free(&tr.trace);
     if (st != TDL_OK)

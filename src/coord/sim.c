@@ -281,7 +281,8 @@ tdl_status_t coord_sim_run(const coord_sim_config_t *cfg, const coord_workload_r
                          .realloc_opts = cfg->realloc_opts,
                          .min_train = cfg->min_train,
                          .min_serve = cfg->min_serve,
-                         .fixed_weights = true};
+                         .fixed_weights = true,
+                         .event_log = cfg->event_log};
     if ((st = coord_create(&cc, &s.coord)) != TDL_OK)
         goto out;
     double tick = cfg->tick_s > 0 ? cfg->tick_s : 0.02;

@@ -30,6 +30,7 @@ typedef struct coord_sim_config {
     double tick_s;       /* how often the coordinator decides (0: 0.02 s, as tidal run) */
     FILE *timeline;      /* a CSV row every row_s simulated seconds, when not NULL */
     double row_s;
+    FILE *event_log; /* the coordinator's (coord_config_t.event_log), when not NULL */
 } coord_sim_config_t;
 
 typedef struct coord_sim_result {

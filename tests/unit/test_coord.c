@@ -571,9 +571,21 @@ static void test_training_lost(void)
 {
     got_t g[8];
     coord_training_t t;
-    /* a member dies: the two others report their group failed, and go on together */
+    /* reports that do not match what the rank was told are refused, and change nothing */
     coord_t *c = colocated(false);
-    serve_wire_report_t r = rep(SERVE_REPORT_STEP, 1, 7, NULL);
+    serve_wire_report_t r = rep(SERVE_REPORT_LEFT, 2, 1, NULL);
+    is_int(coord_report(c, 0.05, 2, &r), TDL_ERR_CORRUPT,
+           "a LEFT from a member not told to leave is refused");
+    r = rep(SERVE_REPORT_JOINED, 3, 1, NULL);
+    is_int(coord_report(c, 0.05, 3, &r), TDL_ERR_CORRUPT,
+           "a JOINED from a rank not told to join too");
+    coord_training_get(c, &t);
+    ok(t.training == 3 && t.serving == 0, "the 3 workers still train");
+    coord_free(c);
+
+    /* a member dies: the two others report their group failed, and go on together */
+    c = colocated(false);
+    r = rep(SERVE_REPORT_STEP, 1, 7, NULL);
     coord_report(c, 0.1, 1, &r);
     is_int(coord_rank_lost(c, 0.2, 3, "killed"), TDL_OK, "member 3 dies");
     r = rep(SERVE_REPORT_FAILED, 1, 7, "rank 3 is dead");
