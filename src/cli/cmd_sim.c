@@ -47,6 +47,10 @@ static const tdl_param_def_t sim_params[] = {
      "with --colocate: JSON with a \"train\" object (tidal profile --train); default: --cost's, "
      "else the built-in model of the tiny DiT",
      NULL, 1, 0},
+    {"train-batch", TDL_PARAM_INT, "0",
+     "with --colocate: the global batch of a training step (0: the training model's); more ranks "
+     "than images a step cannot all train",
+     NULL, 0, 1 << 30},
     {"train-steps", TDL_PARAM_INT, "0",
      "with --colocate: training's last step (0: it goes on until the trace is served)", NULL, 0,
      1e15},
@@ -133,6 +137,8 @@ static int sim_run_cmd(tdl_params_t *params, int npos, char **pos)
             free(reqs);
             return cli_usage_error("--train-model: %s", tdl_error_get());
         }
+        if (tdl_param_int(params, "train-batch") > 0)
+            tm.batch = (int)tdl_param_int(params, "train-batch");
         cfg.train = &tm;
         cfg.train_steps = tdl_param_int(params, "train-steps");
         const char *tl = tdl_param_str(params, "timeline");
