@@ -451,11 +451,18 @@ bool coord_admits(const coord_t *c)
 tdl_status_t coord_request_arrive(coord_t *c, double now, const serve_request_params_t *p,
                                   void *handle)
 {
+    return coord_request_arrive_at(c, now, now, p, handle);
+}
+
+tdl_status_t coord_request_arrive_at(coord_t *c, double now, double arrived,
+                                     const serve_request_params_t *p, void *handle)
+{
     elog(c,
-         "arrive %.17g label=%d cfg=%.17g n=%d res=%d steps=%d sampler=%d priority=%d "
-         "deadline_ms=%" PRId64 " seed=%" PRIu64,
-         now, p->label, p->cfg, p->n, p->resolution, p->steps, (int)p->sampler, p->priority,
-         p->deadline_ms, p->seed);
+         "arrive %.17g arrived=%.17g label=%d cfg=%.17g n=%d res=%d steps=%d sampler=%d "
+         "priority=%d deadline_ms=%" PRId64 " seed=%" PRIu64,
+         now, arrived, p->label, p->cfg, p->n, p->resolution, p->steps, (int)p->sampler,
+         p->priority, p->deadline_ms, p->seed);
+    arrived = fmin(arrived, now);
     if (c->nreqs == c->cap) {
         size_t cap = c->cap ? 2 * c->cap : 64;
         uint64_t *ans = tdl_realloc(c->answers, cap * sizeof(*ans));
@@ -468,8 +475,8 @@ tdl_status_t coord_request_arrive(coord_t *c, double now, const serve_request_pa
     }
     coord_req_t *r = &c->reqs[c->nreqs];
     coord_sched_request_t sr;
-    coord_sched_request_of(p, now, &sr);
-    *r = (coord_req_t){.handle = handle, .arrival_s = now, .deadline_s = sr.deadline_s};
+    coord_sched_request_of(p, arrived, &sr);
+    *r = (coord_req_t){.handle = handle, .arrival_s = arrived, .deadline_s = sr.deadline_s};
     r->spec = (serve_traj_spec_t){.id = c->nreqs + 1,
                                   .seed = p->seed,
                                   .n = p->n,
@@ -552,14 +559,20 @@ int coord_shutdown(coord_t *c, double now, const char *why)
     return drop(c, now, false, why);
 }
 
-double coord_backlog_s(const coord_t *c, double now, int queued)
+/* The backlog of coord_backlog_s, with the requests at risk. */
+static double backlog(const coord_t *c, double now, int queued, int *at_risk)
 {
     int live = coord_sched_live(c->sched);
-    double sum = coord_sched_backlog_s(c->sched, now, NULL);
+    double sum = coord_sched_backlog_s(c->sched, now, at_risk);
     /* a request still in the queue counts as the average live one, or a small one */
     double each = live ? sum / live
                        : coord_policy_single_rank_s(&c->cost, 32, 1, 2.0 * 20 /* 20 Heun steps */);
     return sum + queued * each;
+}
+
+double coord_backlog_s(const coord_t *c, double now, int queued)
+{
+    return backlog(c, now, queued, NULL);
 }
 
 /* ---- co-location ------------------------------------------------------------------------------
@@ -924,7 +937,8 @@ tdl_status_t coord_tick(coord_t *c, double now, int queued)
         lost += c->role[k] == ROLE_LOST;
     }
     int at_risk = 0;
-    coord_sched_backlog_s(c->sched, now, &at_risk);
+    /* (one pass over the live requests, skipped for a policy that does not look at them) */
+    double work = c->cfg.realloc->split_only ? 0 : backlog(c, now, queued, &at_risk);
     coord_realloc_view_t v = {.now = now,
                               .workers = c->cfg.workers - lost, /* the live ones */
                               .serving = serving,
@@ -933,7 +947,7 @@ tdl_status_t coord_tick(coord_t *c, double now, int queued)
                               .training = true,
                               .waiting = queued + live - running,
                               .running = running,
-                              .backlog_s = coord_backlog_s(c, now, queued),
+                              .backlog_s = work,
                               .at_risk = at_risk};
     int target = c->cfg.realloc->decide(c->pstate, &v);
     return target == serving ? TDL_OK : reallocate(c, serving, target, now);

@@ -119,6 +119,10 @@ bool coord_admits(const coord_t *c);
 /* A request arrives, as serve validated it (id and seed filled in). handle: the caller's. */
 tdl_status_t coord_request_arrive(coord_t *c, double now, const serve_request_params_t *p,
                                   void *handle);
+/* The same for a request that arrived at `arrived` (<= now) and waited in the caller's queue
+ * since: its deadline, and the latency its answer reports, count from then. */
+tdl_status_t coord_request_arrive_at(coord_t *c, double now, double arrived,
+                                     const serve_request_params_t *p, void *handle);
 /* The running task of `request` ended: ok, or failed. result/result_len: the DECODE's PNG,
  * handed on in the ANSWER (the coordinator never frees it). */
 tdl_status_t coord_task_finished(coord_t *c, double now, uint64_t request, bool ok, void *result,

@@ -325,6 +325,17 @@ tdl_status_t coord_cost_model_save(const coord_cost_model_t *m, const char *path
     json_object_set_new(mig, "bytes_per_s", json_real(m->migration_bytes_per_s));
     json_object_set_new(mig, "state_bytes_per_token", json_real(m->state_bytes_per_token));
     json_object_set_new(root, "migration", mig);
+    /* what else the file holds beside the serving model (the training model) stays */
+    json_t *old = json_load_file(path, 0, NULL), *v;
+    const char *key;
+    if (old && json_is_object(old)) {
+        json_object_foreach(old, key, v)
+        {
+            if (!json_object_get(root, key))
+                json_object_set(root, key, v);
+        }
+    }
+    json_decref(old);
     int rc = json_dump_file(root, path, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
     json_decref(root);
     if (rc != 0)

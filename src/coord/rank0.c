@@ -260,7 +260,9 @@ static tdl_status_t turn(rank0_t *r, bool admit, int *nout)
     serve_job_t *job;
     while (st == TDL_OK && admit && coord_admits(r->co) &&
            serve_queue_pop(r->q, 0, &job) == TDL_OK) {
-        if ((st = coord_request_arrive(r->co, now_of(r), serve_job_params(job), job)) == TDL_OK)
+        /* its deadline counts from its arrival in the queue, not from here */
+        if ((st = coord_request_arrive_at(r->co, now_of(r), serve_job_submit_s(job) - r->t0,
+                                          serve_job_params(job), job)) == TDL_OK)
             st = take_commands(r);
         else
             serve_job_fail(r->q, job, "the coordinator could not take it");

@@ -48,6 +48,7 @@ typedef struct coord_realloc_ops {
     /* The number of ranks that should serve now, within [min_serve, workers - min_train]
      * while training runs, and every worker once it has finished. */
     int (*decide)(void *state, const coord_realloc_view_t *view);
+    bool split_only; /* decides from the workers and the time alone: no backlog_s, at_risk */
 } coord_realloc_ops_t;
 
 /* "slo_first" (the default), "static" and "schedule"; NULL for another name. */

@@ -150,7 +150,9 @@ static tdl_status_t event(const char *path, long ln, const char *line, coord_t *
         p.label = (int)v[0], p.n = (int)v[1], p.resolution = (int)v[2], p.steps = (int)v[3];
         p.sampler = (dit_sampler_kind_t)v[4], p.priority = (int)v[5], p.deadline_ms = v[6];
         p.seed = u[0], p.has_seed = true;
-        st = coord_request_arrive(c, t, &p, NULL);
+        double arrived = t;
+        get_d(line, "arrived", &arrived); /* (a log of before it: the time itself) */
+        st = coord_request_arrive_at(c, t, arrived, &p, NULL);
     } else if (!strcmp(kind, "finish")) {
         if (!get_u(line, "req", &u[0]) || !get_i(line, "ok", &v[0]))
             return bad(path, ln, "a finish missing a field");

@@ -276,7 +276,7 @@ tdl_status_t coord_sim_run(const coord_sim_config_t *cfg, const coord_workload_r
                          .chunk = cfg->chunk,
                          .cost = cfg->cost,
                          .policy = cfg->policy,
-                         .admit_max = INT32_MAX,
+                         .admit_max = cfg->admit_max, /* 0: as tidal serve */
                          .realloc = cfg->realloc,
                          .realloc_opts = cfg->realloc_opts,
                          .min_train = cfg->min_train,
@@ -296,7 +296,7 @@ tdl_status_t coord_sim_run(const coord_sim_config_t *cfg, const coord_workload_r
             fprintf(cfg->timeline,
                     "t_s,serving,training,live,step,train_images_per_s,arrivals_per_s,done\n");
     }
-    int next = 0, done = 0;
+    int next = 0, admitted = 0, done = 0; /* arrived: [0, next); in the queue: [admitted, next) */
     /* until the trace is served, and training (when it has a last step) has ended */
     bool training = cfg->realloc && cfg->train_steps > 0;
     while (st == TDL_OK && (done < n || (training && !s.tr.done))) {
@@ -310,11 +310,9 @@ tdl_status_t coord_sim_run(const coord_sim_config_t *cfg, const coord_workload_r
             break;
         }
         if (ta < te) { /* completions at the same time go first: they free ranks */
-            serve_request_params_t p;
-            coord_workload_params(&reqs[next++], &p);
+            next++;
             s.now = ta;
             s.tr.arrived++;
-            st = coord_request_arrive(s.coord, ta, &p, NULL);
         } else {
             sim_ev_t ev = heap_pop(&s);
             s.now = ev.t;
@@ -325,7 +323,7 @@ tdl_status_t coord_sim_run(const coord_sim_config_t *cfg, const coord_workload_r
             } else if (ev.id == EV_TRAIN_JOINED) {
                 st = train_joined(&s);
             } else { /* the coordinator's turn; the next one only while there is work */
-                st = coord_tick(s.coord, s.now, 0);
+                st = coord_tick(s.coord, s.now, next - admitted);
                 row(&s, done);
                 if (next < n || coord_live(s.coord) > 0 || (training && !s.tr.done))
                     heap_push(&s, s.now + tick, EV_TICK);
@@ -333,6 +331,16 @@ tdl_status_t coord_sim_run(const coord_sim_config_t *cfg, const coord_workload_r
         }
         if (st == TDL_OK)
             take_commands(&s, &done);
+        /* the policy sees a few requests per rank, the rest wait in the queue, as in the job;
+         * their deadlines count from their arrival */
+        while (st == TDL_OK && admitted < next && coord_admits(s.coord)) {
+            serve_request_params_t p;
+            coord_workload_params(&reqs[admitted], &p);
+            st = coord_request_arrive_at(s.coord, s.now, reqs[admitted].at_ms / 1000.0, &p, NULL);
+            admitted++;
+            if (st == TDL_OK)
+                take_commands(&s, &done);
+        }
     }
     if (cfg->realloc)
         account(&s);

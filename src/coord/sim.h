@@ -19,6 +19,8 @@ typedef struct coord_sim_config {
     int chunk; /* denoising steps per STEP_CHUNK task */
     const coord_cost_model_t *cost;
     const coord_policy_ops_t *policy;
+    int admit_max; /* requests the policy sees at once (0: as tidal serve, max(16, 4 x ranks));
+                    * the rest wait in a queue, in order of arrival */
     /* co-location (realloc not NULL): the ranks are the workers of `tidal run`, all training at
      * first, moved by the reallocation policy through the same coordinator code; a step and a
      * join cost what `train` says, a leaver waits for the step under way to end */

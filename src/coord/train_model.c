@@ -75,16 +75,17 @@ tdl_status_t coord_train_model_fit(coord_train_model_t *m)
         y[n++] = p->allreduce_s;
     }
     double inv_bw = 0, hop = 0;
-    if (!fit2(x, z, y, n, &inv_bw, &hop))
+    if (n == 0)
         return tdl_error_raise(TDL_ERR_INVALID_ARG,
-                               "train model: the all-reduce needs two member counts above 1 to "
-                               "fit (%d points)",
-                               n);
-    if (hop < 0) { /* below what it can tell: the bytes alone */
+                               "train model: no point with more than 1 member to fit the "
+                               "all-reduce from");
+    /* one member count above 1, hops below what the points can tell, or a ring that slows more
+     * than its bytes say (ranks sharing cores): the bytes alone */
+    if (!fit2(x, z, y, n, &inv_bw, &hop) || hop < 0 || !(inv_bw > 0)) {
         double sxy = 0, sxx = 0;
         for (int i = 0; i < n; i++)
             sxy += x[i] * y[i], sxx += x[i] * x[i];
-        hop = 0, inv_bw = sxy / sxx;
+        hop = 0, inv_bw = sxx > 0 ? sxy / sxx : 0;
     }
     if (!(inv_bw > 0))
         return tdl_error_raise(TDL_ERR_INVALID_ARG,

@@ -40,8 +40,9 @@ double coord_train_step_s(const coord_train_model_t *m, int members);
 double coord_train_allreduce_s(const coord_train_model_t *m, int members);
 double coord_train_join_s(const coord_train_model_t *m);
 /* Fits image_s, fixed_s (from the steps less their all-reduce) and link_bytes_per_s, hop_s (from
- * the all-reduces) over m->points, and sets step_rel_err. TDL_ERR_INVALID_ARG when the points do
- * not determine them: two member counts at least, one of them above 1. */
+ * the all-reduces) over m->points, and sets step_rel_err. With one member count above 1, or a
+ * fit of the hops below 0, hop_s is 0 and the bytes alone are fitted. TDL_ERR_INVALID_ARG when
+ * the points do not determine them: two local batches, and a member count above 1. */
 tdl_status_t coord_train_model_fit(coord_train_model_t *m);
 /* The "train" object of a JSON file (doc/colocation.md); TDL_ERR_NOT_FOUND when the file has
  * none. Load fills *m only on success. Save adds or replaces the object, keeping the rest of the

@@ -28,6 +28,11 @@ void coord_workload_config_default(coord_workload_config_t *c)
         c->priority[k] = prio[k];
     }
     c->labels = 10;
+    c->diurnal = (coord_workload_diurnal_t){.day_s = 86400,
+                                            .peak_to_trough = 4,
+                                            .peak_hour = 14,
+                                            .burst_height = 3,
+                                            .burst_minutes = 10};
 }
 
 static double mix_total(const coord_workload_config_t *c)
@@ -48,31 +53,244 @@ double coord_workload_capacity_rps(const coord_workload_config_t *c, const coord
     return mean > 0 ? c->ranks / mean : 0;
 }
 
+#define BAD(...) tdl_error_raise(TDL_ERR_INVALID_ARG, "workload: " __VA_ARGS__)
+
+static tdl_status_t diurnal_check(const coord_workload_config_t *c)
+{
+    const coord_workload_diurnal_t *d = &c->diurnal;
+    if (c->nphases)
+        return BAD("--diurnal and --phases: choose one");
+    if (!(d->day_s >= 1 && d->day_s <= 1e9))
+        return BAD("--day-seconds %g: want 1 .. 1e9", d->day_s);
+    if (!(d->peak_to_trough >= 1 && d->peak_to_trough <= 1e6))
+        return BAD("--peak-to-trough %g: want a ratio in 1 .. 1e6", d->peak_to_trough);
+    if (!(d->peak_hour >= 0 && d->peak_hour <= 24))
+        return BAD("--peak-hour %g: want an hour in 0 .. 24", d->peak_hour);
+    if (d->nbursts < 0 || d->nbursts > COORD_WORKLOAD_MAX_BURSTS)
+        return BAD("--bursts %d: want 0 .. %d", d->nbursts, COORD_WORKLOAD_MAX_BURSTS);
+    if (!(d->burst_height >= 1 && d->burst_height <= 100))
+        return BAD("--burst-height %g: want a factor in 1 .. 100", d->burst_height);
+    if (!(d->burst_minutes > 0 && d->burst_minutes <= 1440))
+        return BAD("--burst-minutes %g: want more than 0, at most 1440 (a day)", d->burst_minutes);
+    double last = 24 - d->burst_minutes / 60;
+    for (int i = 0; d->burst_hours_given && i < d->nbursts; i++)
+        if (!(d->burst_hour[i] >= 0 && d->burst_hour[i] <= last))
+            return BAD("--burst-hours: %g: want an hour in 0 .. %g (a burst of --burst-minutes %g "
+                       "ends by midnight)",
+                       d->burst_hour[i], last, d->burst_minutes);
+    return TDL_OK;
+}
+
+tdl_status_t coord_workload_config_check(const coord_workload_config_t *c)
+{
+    if (c->ranks < 1)
+        return BAD("--ranks %d: want at least 1", c->ranks);
+    if (c->requests < 0 || c->requests > COORD_WORKLOAD_MAX_REQUESTS)
+        return BAD("--requests %d: want 0 .. %d", c->requests, COORD_WORKLOAD_MAX_REQUESTS);
+    if (c->requests == 0 && c->nphases == 0 && !c->diurnal.on)
+        return BAD("--requests 0 needs --phases or --diurnal");
+    if (!(mix_total(c) > 0))
+        return BAD("--mix: at least one share must be positive");
+    for (int k = 0; k < COORD_POLICY_NCLASSES; k++) {
+        const char *name = coord_policy_class_name((coord_policy_class_t)k);
+        if (!(c->mix[k] >= 0))
+            return BAD("--mix: class %s: a share must be >= 0", name);
+        if (!(c->alpha[k] >= 0))
+            return BAD("--alpha: class %s: must be >= 0", name);
+        if (c->steps[k] < 1 || c->steps[k] > 1000)
+            return BAD("--class-steps: class %s: %d: want 1 .. 1000", name, c->steps[k]);
+    }
+    if (c->nphases < 0 || c->nphases > COORD_WORKLOAD_MAX_PHASES)
+        return BAD("--phases: at most %d phases", COORD_WORKLOAD_MAX_PHASES);
+    if (c->nphases == 0 && !(c->load > 0 && isfinite(c->load)))
+        return BAD("--load %g: want more than 0", c->load);
+    double phase_loads = 0;
+    for (int i = 0; i < c->nphases; i++) {
+        if (!(c->phase_load[i] >= 0 && isfinite(c->phase_load[i])) ||
+            !(c->phase_s[i] > 0 && isfinite(c->phase_s[i])))
+            return BAD("--phases: phase %d (%g:%g): want LOAD >= 0, SECONDS > 0", i + 1,
+                       c->phase_load[i], c->phase_s[i]);
+        phase_loads += c->phase_load[i];
+    }
+    /* the phases repeat until the count is reached, which would never happen */
+    if (c->nphases && c->requests && phase_loads == 0)
+        return BAD("--phases: every phase has load 0, so --requests %d cannot be reached",
+                   c->requests);
+    return c->diurnal.on ? diurnal_check(c) : TDL_OK;
+}
+
+/* The cosine's integral over [t0, t1] seconds after midnight, in units of the base rate. */
+static double curve_integral(const coord_workload_curve_t *k, double t0, double t1)
+{
+    double w = 2 * M_PI / k->day_s, ph = 2 * M_PI * k->peak_hour / 24;
+    return (t1 - t0) + k->amplitude / w * (sin(w * t1 - ph) - sin(w * t0 - ph));
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+tdl_status_t coord_workload_curve_init(const coord_workload_config_t *c,
+                                       const coord_cost_model_t *cost, coord_workload_curve_t *out)
+{
+    tdl_status_t st = coord_workload_config_check(c);
+    if (st != TDL_OK)
+        return st;
+    if (!c->diurnal.on)
+        return BAD("a curve needs --diurnal");
+    const coord_workload_diurnal_t *d = &c->diurnal;
+    double cap = coord_workload_capacity_rps(c, cost);
+    if (!(cap > 0) || !isfinite(cap))
+        return BAD("the cost model gives no single-rank time");
+    coord_workload_curve_t k = {.day_s = d->day_s,
+                                .peak_hour = d->peak_hour,
+                                .burst_height = d->burst_height,
+                                .amplitude = (d->peak_to_trough - 1) / (d->peak_to_trough + 1),
+                                .nbursts = d->nbursts};
+    /* its own stream, so that the bursts' hours do not move the arrivals */
+    tdl_rng_t rng;
+    tdl_rng_init(&rng, c->seed, 0x42525354 /* "BRST" */);
+    double last = 24 - d->burst_minutes / 60, starts[COORD_WORKLOAD_MAX_BURSTS];
+    for (int i = 0; i < k.nbursts; i++) {
+        k.burst_hour[i] =
+            d->burst_hours_given ? d->burst_hour[i] : tdl_rng_uniform_f64(&rng) * last;
+        starts[i] = k.burst_hour[i] / 24 * k.day_s;
+    }
+    qsort(starts, (size_t)k.nbursts, sizeof(*starts), cmp_double);
+    double len = d->burst_minutes / 1440 * k.day_s, in_bursts = 0;
+    for (int i = 0; i < k.nbursts; i++) {
+        double e = fmin(starts[i] + len, k.day_s);
+        if (k.nwindows && starts[i] <= k.window_end_s[k.nwindows - 1]) {
+            k.window_end_s[k.nwindows - 1] = fmax(k.window_end_s[k.nwindows - 1], e);
+        } else {
+            k.window_start_s[k.nwindows] = starts[i];
+            k.window_end_s[k.nwindows++] = e;
+        }
+    }
+    for (int i = 0; i < k.nwindows; i++)
+        in_bursts += curve_integral(&k, k.window_start_s[i], k.window_end_s[i]);
+    /* the day's mean, bursts included, is load x capacity: the cosine alone integrates to
+     * day_s, and each burst adds (height - 1) x its own integral */
+    k.base_rps = c->load * cap * k.day_s / (k.day_s + (k.burst_height - 1) * in_bursts);
+    k.peak_rps = k.base_rps * (1 + k.amplitude) * k.burst_height;
+    *out = k;
+    return TDL_OK;
+}
+
+double coord_workload_curve_rate(const coord_workload_curve_t *k, double t_s)
+{
+    double t = fmod(t_s, k->day_s), h = t / k->day_s * 24;
+    double r = k->base_rps * (1 + k->amplitude * cos(2 * M_PI * (h - k->peak_hour) / 24));
+    for (int i = 0; i < k->nwindows && k->window_start_s[i] <= t; i++)
+        if (t < k->window_end_s[i])
+            return r * k->burst_height;
+    return r;
+}
+
+/* The arrival process: next() gives the time of the next arrival, or false when the trace
+ * ends there. */
+typedef struct arrivals {
+    const coord_workload_config_t *c;
+    double cap, t, rate, phase_end;
+    int phase;
+    coord_workload_curve_t curve;
+} arrivals_t;
+
+static bool arrivals_next(arrivals_t *a, tdl_rng_t *rng, double *t_out)
+{
+    const coord_workload_config_t *c = a->c;
+    if (c->diurnal.on) { /* Lewis-Shedler: candidates at the peak rate, kept at rate(t) / peak */
+        for (;;) {
+            a->t += -log(1.0 - tdl_rng_uniform_f64(rng)) / a->curve.peak_rps;
+            if (!c->requests && a->t >= a->curve.day_s)
+                return false;
+            if (tdl_rng_uniform_f64(rng) * a->curve.peak_rps <
+                coord_workload_curve_rate(&a->curve, a->t)) {
+                *t_out = a->t;
+                return true;
+            }
+        }
+    }
+    for (;;) {
+        double gap = a->rate > 0 ? -log(1.0 - tdl_rng_uniform_f64(rng)) / a->rate : INFINITY;
+        if (a->t + gap > a->phase_end) { /* memoryless: start over at the phase boundary */
+            a->t = a->phase_end;
+            if (++a->phase >= c->nphases) {
+                if (!c->requests)
+                    return false;
+                a->phase = 0;
+            }
+            a->rate = c->phase_load[a->phase] * a->cap;
+            a->phase_end = a->t + c->phase_s[a->phase];
+            continue;
+        }
+        a->t += gap;
+        *t_out = a->t;
+        return true;
+    }
+}
+
+/* One request arriving at t: its class, label and seed from the stream. */
+static void request_draw(const coord_workload_config_t *c, const coord_cost_model_t *cost,
+                         tdl_rng_t *rng, double t, coord_workload_request_t *q)
+{
+    double u = tdl_rng_uniform_f64(rng) * mix_total(c), acc = 0;
+    int k = COORD_POLICY_NCLASSES - 1;
+    for (int j = 0; j < COORD_POLICY_NCLASSES; j++) {
+        acc += c->mix[j];
+        if (u < acc && c->mix[j] > 0) {
+            k = j;
+            break;
+        }
+    }
+    *q = (coord_workload_request_t){.euler = 0}; /* Heun, as tidal serve samples by default */
+    q->at_ms = (int64_t)llround(t * 1000);
+    q->label = c->labels > 0 ? (int)tdl_rng_below(rng, (uint64_t)c->labels) : -1;
+    q->n = 1;
+    q->resolution = class_resolution[k];
+    q->steps = c->steps[k];
+    q->cfg = 1.0;
+    q->seed = tdl_rng_u64(rng) >> 11; /* within 2^53: exact as a JSON number */
+    q->priority = c->priority[k];
+    double t1 = coord_policy_single_rank_s(cost, q->resolution, q->n,
+                                           (double)q->steps * coord_workload_step_evals(q));
+    q->deadline_ms = c->alpha[k] > 0 ? (int64_t)ceil(c->alpha[k] * t1 * 1000) : 0;
+    if (q->deadline_ms > 86400000)
+        q->deadline_ms = 86400000;
+}
+
 tdl_status_t coord_workload_generate(const coord_workload_config_t *c,
                                      const coord_cost_model_t *cost,
                                      coord_workload_request_t **reqs_out, int *n_out)
 {
-    if (c->ranks < 1 || c->requests < 0 || (c->requests == 0 && c->nphases == 0) ||
-        mix_total(c) <= 0 || (c->nphases == 0 && !(c->load > 0)))
-        return tdl_error_raise(TDL_ERR_INVALID_ARG,
-                               "workload: need ranks >= 1, a load > 0, a mix with a positive "
-                               "share and a request count or phases");
-    for (int k = 0; k < COORD_POLICY_NCLASSES; k++)
-        if (c->mix[k] < 0 || c->alpha[k] < 0 || c->steps[k] < 1 || c->steps[k] > 1000)
-            return tdl_error_raise(TDL_ERR_INVALID_ARG,
-                                   "workload: class %s: share and alpha must be >= 0, steps "
-                                   "1..1000",
-                                   coord_policy_class_name((coord_policy_class_t)k));
-    double cap = coord_workload_capacity_rps(c, cost);
-    if (!(cap > 0) || !isfinite(cap))
-        return tdl_error_raise(TDL_ERR_INVALID_ARG,
-                               "workload: the cost model gives no single-rank time");
-    double phase_end = INFINITY;
-    int phase = 0;
-    double rate = c->load * cap;
+    tdl_status_t st = coord_workload_config_check(c);
+    if (st != TDL_OK)
+        return st;
+    arrivals_t a = {.c = c, .cap = coord_workload_capacity_rps(c, cost), .phase_end = INFINITY};
+    if (!(a.cap > 0) || !isfinite(a.cap))
+        return BAD("the cost model gives no single-rank time");
+    a.rate = c->load * a.cap;
     if (c->nphases) {
-        rate = c->phase_load[0] * cap;
-        phase_end = c->phase_s[0];
+        a.rate = c->phase_load[0] * a.cap;
+        a.phase_end = c->phase_s[0];
+        double phases_n = 0;
+        for (int i = 0; i < c->nphases; i++)
+            phases_n += c->phase_load[i] * a.cap * c->phase_s[i];
+        if (!c->requests && phases_n > COORD_WORKLOAD_MAX_REQUESTS)
+            return BAD("--phases: about %.3g requests at %.4g requests/s of capacity, more than "
+                       "%d: shorten them or give --requests",
+                       phases_n, a.cap, COORD_WORKLOAD_MAX_REQUESTS);
+    }
+    if (c->diurnal.on) {
+        if ((st = coord_workload_curve_init(c, cost, &a.curve)) != TDL_OK)
+            return st;
+        double day_n = c->load * a.cap * c->diurnal.day_s;
+        if (!c->requests && day_n > COORD_WORKLOAD_MAX_REQUESTS)
+            return BAD("--diurnal: --load %g at %.4g requests/s of capacity over --day-seconds %g "
+                       "is about %.3g requests, more than %d: lower one or give --requests",
+                       c->load, a.cap, c->diurnal.day_s, day_n, COORD_WORKLOAD_MAX_REQUESTS);
     }
     int cap_n = c->requests ? c->requests : 1024, n = 0;
     coord_workload_request_t *r = malloc((size_t)cap_n * sizeof(*r));
@@ -80,21 +298,8 @@ tdl_status_t coord_workload_generate(const coord_workload_config_t *c,
         return tdl_error_raise(TDL_ERR_NOMEM, "workload: out of memory");
     tdl_rng_t rng;
     tdl_rng_init(&rng, c->seed, 0x574b4c44 /* "WKLD" */);
-    double t = 0, tot = mix_total(c);
-    while (!c->requests || n < c->requests) {
-        double gap = rate > 0 ? -log(1.0 - tdl_rng_uniform_f64(&rng)) / rate : INFINITY;
-        if (t + gap > phase_end) { /* memoryless: start over at the phase boundary */
-            t = phase_end;
-            if (++phase >= c->nphases) {
-                if (!c->requests)
-                    break;
-                phase = 0;
-            }
-            rate = c->phase_load[phase] * cap;
-            phase_end = t + c->phase_s[phase];
-            continue;
-        }
-        t += gap;
+    double t;
+    while ((!c->requests || n < c->requests) && arrivals_next(&a, &rng, &t)) {
         if (n == cap_n) {
             cap_n *= 2;
             coord_workload_request_t *p = realloc(r, (size_t)cap_n * sizeof(*r));
@@ -104,30 +309,7 @@ tdl_status_t coord_workload_generate(const coord_workload_config_t *c,
             }
             r = p;
         }
-        double u = tdl_rng_uniform_f64(&rng) * tot, acc = 0;
-        int k = COORD_POLICY_NCLASSES - 1;
-        for (int j = 0; j < COORD_POLICY_NCLASSES; j++) {
-            acc += c->mix[j];
-            if (u < acc && c->mix[j] > 0) {
-                k = j;
-                break;
-            }
-        }
-        coord_workload_request_t *q = &r[n++];
-        *q = (coord_workload_request_t){.euler = 0}; /* Heun, as tidal serve samples by default */
-        q->at_ms = (int64_t)llround(t * 1000);
-        q->label = c->labels > 0 ? (int)tdl_rng_below(&rng, (uint64_t)c->labels) : -1;
-        q->n = 1;
-        q->resolution = class_resolution[k];
-        q->steps = c->steps[k];
-        q->cfg = 1.0;
-        q->seed = tdl_rng_u64(&rng) >> 11; /* within 2^53: exact as a JSON number */
-        q->priority = c->priority[k];
-        double t1 = coord_policy_single_rank_s(cost, q->resolution, q->n,
-                                               (double)q->steps * coord_workload_step_evals(q));
-        q->deadline_ms = c->alpha[k] > 0 ? (int64_t)ceil(c->alpha[k] * t1 * 1000) : 0;
-        if (q->deadline_ms > 86400000)
-            q->deadline_ms = 86400000;
+        request_draw(c, cost, &rng, t, &r[n++]);
     }
     *reqs_out = r;
     *n_out = n;

@@ -346,6 +346,11 @@ const serve_request_params_t *serve_job_params(const serve_job_t *job)
     return &job->info.params;
 }
 
+double serve_job_submit_s(const serve_job_t *job)
+{
+    return job->info.submit_s;
+}
+
 void serve_job_done(serve_queue_t *q, serve_job_t *j, unsigned char *png, size_t len)
 {
     pthread_mutex_lock(&q->lock);

@@ -168,6 +168,8 @@ void serve_queue_count_rejected(serve_queue_t *queue, serve_source_t source);
  * TDL_ERR_CANCELED: the queue is closed. */
 tdl_status_t serve_queue_pop(serve_queue_t *queue, int timeout_ms, serve_job_t **job_out);
 const serve_request_params_t *serve_job_params(const serve_job_t *job);
+/* When it was submitted (tdl_clock_s). */
+double serve_job_submit_s(const serve_job_t *job);
 /* Finishes a job: done with its PNG (the queue takes png, a malloc'ed buffer), or failed. */
 void serve_job_done(serve_queue_t *queue, serve_job_t *job, unsigned char *png, size_t len);
 void serve_job_fail(serve_queue_t *queue, serve_job_t *job, const char *reason);

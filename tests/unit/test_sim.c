@@ -299,6 +299,26 @@ static void test_colocate(void)
     c.train = NULL;
     ok(coord_sim_run(&c, &q, 1, &r, &fin) == TDL_ERR_INVALID_ARG,
        "co-location without a training model is refused");
+
+    /* the training model beside the serving one in a file: each save keeps the other */
+    char path[] = "/tmp/tidal-train-model-XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    unlink(path);
+    coord_train_model_t back;
+    ok(coord_train_model_save(&t, path) == TDL_OK && coord_cost_model_save(&m, path) == TDL_OK &&
+           coord_train_model_load(path, &back) == TDL_OK,
+       "a training model, then the serving model saved over it: the training model is still there");
+    is_near(back.image_s, t.image_s, 0, "its image_s");
+    coord_cost_model_t mb;
+    ok(coord_train_model_save(&t, path) == TDL_OK && coord_cost_model_load(path, &mb) == TDL_OK &&
+           mb.nfits[COORD_COST_STEP] == m.nfits[COORD_COST_STEP],
+       "and the other way round");
+    unlink(path);
+    ok(coord_cost_model_save(&m, path) == TDL_OK &&
+           coord_train_model_load(path, &back) == TDL_ERR_NOT_FOUND,
+       "a file with the serving model alone: no training model (TDL_ERR_NOT_FOUND)");
+    unlink(path);
 }
 
 int main(void)

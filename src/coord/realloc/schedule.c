@@ -36,4 +36,5 @@ const coord_realloc_ops_t coord_realloc_schedule = {
     .summary = "a fixed share of the workers serving per hour of the day (--schedule)",
     .create = schedule_create,
     .destroy = free,
+    .split_only = true,
     .decide = schedule_decide};

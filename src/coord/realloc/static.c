@@ -26,4 +26,5 @@ const coord_realloc_ops_t coord_realloc_static = {
     .summary = "a fixed number of serving ranks (--serve-ranks)",
     .create = static_create,
     .destroy = free,
+    .split_only = true,
     .decide = static_decide};
