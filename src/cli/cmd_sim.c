@@ -193,11 +193,12 @@ static int sim_run_cmd(tdl_params_t *params, int npos, char **pos)
     if (colocate && csv) {
         printf("policy,realloc,ranks,requests,end_s,mean_s,p50_s,p95_s,p99_s,slo_violation_rate,"
                "train_device_h,train_steps,train_images_per_s,moves_to_serve,moves_to_train,"
-               "moves_per_h,sim_wall_s\n");
-        printf("%s,%s,%d,%d,%.3f,%.6f,%.6f,%.6f,%.6f,%.6f,%.4f,%lld,%.4f,%d,%d,%.3f,%.3f\n",
+               "moves_per_h,sim_wall_s,with_deadline,slo_violations\n");
+        printf("%s,%s,%d,%d,%.3f,%.6f,%.6f,%.6f,%.6f,%.6f,%.4f,%lld,%.4f,%d,%d,%.3f,%.3f,%d,%d\n",
                policy->name, cfg.realloc->name, cfg.ranks, r.requests, r.end_s, r.mean_s, r.p50_s,
                r.p95_s, r.p99_s, r.slo_violation_rate, r.train_device_h, (long long)r.train_steps,
-               r.train_images_per_s, r.moves_to_serve, r.moves_to_train, r.moves_per_h, wall);
+               r.train_images_per_s, r.moves_to_serve, r.moves_to_train, r.moves_per_h, wall,
+               r.with_deadline, r.slo_violations);
         return CLI_EXIT_OK;
     }
     if (colocate)

@@ -83,6 +83,7 @@ struct coord {
     /* a regroup after a training member died: who has reported FAILED, and its steps done */
     bool regrouping, orphaned, regrouped; /* regrouped: no step reported since the last one */
     bool failed[SERVE_WIRE_MAX_WORKERS + 1];
+    bool died_training[SERVE_WIRE_MAX_WORKERS + 1]; /* since the last regroup: named by the next */
     int64_t failed_step[SERVE_WIRE_MAX_WORKERS + 1];
     int regroups, restarts; /* restarts: training taken up again from a checkpoint */
 };
@@ -727,13 +728,22 @@ static tdl_status_t try_regroup(coord_t *c)
     size_t used = 0;
     for (uint32_t i = 0; i < c->m.n; i++) {
         int w = c->m.ranks[i];
-        if (c->role[w] == ROLE_LOST) {
-            used += (size_t)snprintf(lost + used, used < sizeof(lost) ? sizeof(lost) - used : 0,
-                                     "%s%d", used ? ", " : "", w);
+        if (c->role[w] == ROLE_LOST)
             continue;
-        }
         if (!c->failed[w])
             return TDL_OK; /* its report is still to come */
+    }
+    /* the members and leavers that died since the last regroup */
+    for (int w = 1; w <= c->cfg.workers && w <= SERVE_WIRE_MAX_WORKERS; w++)
+        if (c->died_training[w]) {
+            used += (size_t)snprintf(lost + used, used < sizeof(lost) ? sizeof(lost) - used : 0,
+                                     "%s%d", used ? ", " : "", w);
+            c->died_training[w] = false;
+        }
+    for (uint32_t i = 0; i < c->m.n; i++) {
+        int w = c->m.ranks[i];
+        if (c->role[w] == ROLE_LOST)
+            continue;
         next.ranks[next.n++] = (uint16_t)w;
         if (c->failed_step[w] > best)
             best = c->failed_step[w], next.root = w;
@@ -780,6 +790,7 @@ tdl_status_t coord_rank_lost(coord_t *c, double now, int w, const char *why)
         if (role == ROLE_TO_SERVE || role == ROLE_TO_TRAIN) /* its report will not come */
             c->pending--;
         /* (a leaver that dies fails only a group it was still in: its members report) */
+        c->died_training[w] = role != ROLE_SERVE;
         c->role[w] = ROLE_LOST;
         if (c->cfg.realloc && in_members(&c->m, w) && !c->done) {
             c->regrouping = true; /* the survivors' reports are on their way */
@@ -855,6 +866,11 @@ tdl_status_t coord_report(coord_t *c, double now, int w, const serve_wire_report
             }
         return TDL_OK;
     case SERVE_REPORT_LEFT:
+        if (c->role[w] == ROLE_TRAIN && r->members < 0 && !c->regrouping) {
+            /* training is over: this member's word came before the leader's DONE */
+            c->role[w] = ROLE_TO_SERVE;
+            c->pending++;
+        }
         if (c->role[w] != ROLE_TO_SERVE && !(c->role[w] == ROLE_TRAIN && c->regrouping))
             return tdl_error_raise(TDL_ERR_CORRUPT,
                                    "rank %d reports it left training, which it was not told to", w);

@@ -105,6 +105,8 @@ static tdl_status_t report(sim_t *s, uint32_t kind, int w)
 {
     serve_wire_report_t r = {
         .kind = kind, .rank = w, .members = (int)s->tr.m.n, .step = s->tr.steps, .loss = NAN};
+    if (kind == SERVE_REPORT_LEFT) /* as tidal run's members: -1 once training is over */
+        r.members = s->tr.done ? -1 : 0;
     return coord_report(s->coord, s->now, w, &r);
 }
 
@@ -127,9 +129,10 @@ static tdl_status_t train_step_end(sim_t *s, int *done)
     take_commands(s, done);
     if (st == TDL_OK && s->cfg->train_steps > 0 && t->steps >= s->cfg->train_steps) {
         st = report(s, SERVE_REPORT_DONE, t->m.ranks[0]);
+        t->done = true;
         for (uint32_t i = 0; st == TDL_OK && i < t->m.n; i++)
             st = report(s, SERVE_REPORT_LEFT, t->m.ranks[i]);
-        t->m.n = 0, t->done = true;
+        t->m.n = 0;
         return st;
     }
     if (st != TDL_OK || !t->resize) {

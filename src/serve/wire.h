@@ -69,8 +69,9 @@ static inline bool serve_wire_member(const int *ranks, int n, int r)
 #define SERVE_OP_JOIN    11 /* to a serving worker: join training in this membership */
 #define SERVE_OP_RELOAD  12 /* to a serving worker: serve the weights of this checkpoint */
 #define SERVE_OP_RECOVER 13 /* to a member whose group lost a rank: train on in this membership */
-#define SERVE_OP_LEAVE   14 /* to a member whose group lost a rank: leave training, serve (no data) \
-                             */
+#define SERVE_OP_LEAVE                                                                             \
+    14 /* to a member whose group lost a rank: leave training, serve (no data)                     \
+        */
 #define SERVE_OP_RESTART                                                                           \
     15 /* to a serving worker once every member died: train in this membership                     \
         * from the newest checkpoint of the run (or its first step) */
@@ -88,7 +89,8 @@ typedef struct serve_wire_members {
 
 typedef enum {
     SERVE_REPORT_STEP = 1, /* training's leader: a step done (step, loss, members) */
-    SERVE_REPORT_LEFT,     /* this rank left training and serves */
+    SERVE_REPORT_LEFT,     /* this rank left training and serves (members -1: training is
+                            * over; the leader's DONE, on another channel, may come after it) */
     SERVE_REPORT_JOINED,   /* this rank trains in the new membership */
     SERVE_REPORT_CKPT,     /* the leader wrote checkpoint `path` at `step` */
     SERVE_REPORT_DONE,     /* training ran its last step */

@@ -124,7 +124,9 @@ tdl_status_t train_elastic_run(train_trainer_t *tr, gfc_runtime_t *rt, int me,
                 (dec.op == TRAIN_ELASTIC_RESIZE && !is_member(&dec.next, me))) {
                 TDL_INFO("leaves training after step %lld", (long long)step);
                 *left = true;
-                return ops->report(ops->user, TRAIN_EVENT_LEFT, step, NAN, 0, NULL);
+                /* members -1: training is over (the leader's DONE may reach rank 0 after this) */
+                return ops->report(ops->user, TRAIN_EVENT_LEFT, step, NAN,
+                                   dec.op == TRAIN_ELASTIC_DONE ? -1 : 0, NULL);
             }
             if (dec.op != TRAIN_ELASTIC_RESIZE || dec.next.n < 1 ||
                 dec.next.n > TRAIN_MEMBERS_MAX || index_of(&dec.next, dec.next.root) < 0)

@@ -581,6 +581,19 @@ static void test_training_lost(void)
            "a JOINED from a rank not told to join too");
     coord_training_get(c, &t);
     ok(t.training == 3 && t.serving == 0, "the 3 workers still train");
+    /* training's end: a member's LEFT (members -1) can reach rank 0 before the leader's DONE */
+    r = rep(SERVE_REPORT_LEFT, 2, 9, NULL);
+    r.members = -1;
+    is_int(coord_report(c, 0.06, 2, &r), TDL_OK, "a LEFT at training's end before the DONE");
+    r = rep(SERVE_REPORT_DONE, 1, 9, NULL);
+    coord_report(c, 0.07, 1, &r);
+    for (int w = 1; w <= 3; w += 2) {
+        r = rep(SERVE_REPORT_LEFT, w, 9, NULL);
+        r.members = -1;
+        coord_report(c, 0.08, w, &r);
+    }
+    coord_training_get(c, &t);
+    ok(t.done && t.serving == 3 && t.training == 0, "then the DONE, the others: all 3 serve");
     coord_free(c);
 
     /* a member dies: the two others report their group failed, and go on together */
