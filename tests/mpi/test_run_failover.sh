@@ -61,8 +61,8 @@ survived() {
     check "$what: training finished at step 150" \
         grep -q "training finished at step 150" "$dir/$name.out"
     how=${SURVIVED_HOW:-training lost ranks}
-    check "$what: the coordinator says '$how'" grep -q "$how" "$dir/$name.out"
-    grep "$how" "$dir/$name.out" | sed 's/^.*warn: /# /'
+    check "$what: the coordinator says '$how'" grep -qE "$how" "$dir/$name.out"
+    grep -E "$how" "$dir/$name.out" | sed 's/^.*warn: /# /'
     for r in "$@"; do
         check "$what: the closing lines name rank $r" \
             grep -qE "rank[s]? ([0-9, ]*)?$r[ ,:(]|ranks? died: ([0-9, ]*)?$r " "$dir/$name.out"
@@ -76,8 +76,11 @@ survived() {
 run4 member train.backward:3:20:KILL
 survived member "SIGKILL of training member 3" 3
 # the leader at its 3rd step, while all 3 workers still train (before the first burst)
+# (on a loaded machine the first burst can come first and leave the leader training alone: then
+# a serving rank takes training up again, from the first step, which is as right)
 run4 leader train.backward:1:3:KILL
-survived leader "SIGKILL of the training leader (rank 1)" 1
+SURVIVED_HOW="training lost (ranks 1|every member \(ranks 1\))" \
+    survived leader "SIGKILL of the training leader (rank 1)" 1
 run4 two train.backward:2+3:20:KILL
 survived two "SIGKILL of ranks 2 and 3 at once" 2 3
 # the leader with a resize in hand that no member knows yet: the first (ranks move to serving
