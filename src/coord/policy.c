@@ -130,6 +130,20 @@ bool coord_policy_before_deadline(const coord_policy_view_t *v, const coord_poli
     return coord_policy_before_arrival(v, a, b);
 }
 
+void coord_policy_key_arrival(const coord_policy_request_t *r, double k[3])
+{
+    k[0] = r->arrival_s;
+    k[1] = -(double)r->priority;
+    k[2] = 0;
+}
+
+void coord_policy_key_deadline(const coord_policy_request_t *r, double k[3])
+{
+    k[0] = r->deadline_s > 0 ? r->deadline_s : INFINITY;
+    k[1] = r->arrival_s;
+    k[2] = -(double)r->priority;
+}
+
 int coord_policy_degree_fastest(const coord_policy_view_t *v, const coord_policy_request_t *r,
                                 int nfree)
 {
@@ -167,9 +181,22 @@ int coord_policy_degree_best_fit(const coord_policy_view_t *v, const coord_polic
 
 /* ---- the engine ------------------------------------------------------------------------ */
 
+/* A waiting request in the heap of a keyed rule. */
+typedef struct keyed {
+    double k[3];
+    uint64_t id;
+} keyed_t;
+
 typedef struct engine {
     const coord_policy_rule_t *rule;
-    int *cand;   /* indices of runnable requests not yet considered */
+    /* keyed rules: the waiting requests the engine was told of, first on top; in[id] says
+     * which ids it holds (nin of them, gone ones too until they come to the top) */
+    keyed_t *kh, *aside;
+    int nkh, cap_kh, nin;
+    uint8_t *in;
+    uint64_t cap_in;
+    int *cand;   /* indices of runnable requests not yet considered: a heap in the rule's order */
+    int *placed; /* the request index of each placement of this call */
     bool *taken; /* busy, or given in this call */
     int cap_req, cap_ranks;
 } engine_t;
@@ -190,6 +217,10 @@ void coord_policy_engine_destroy(void *state)
     if (!e)
         return;
     free(e->cand);
+    free(e->placed);
+    free(e->kh);
+    free(e->aside);
+    free(e->in);
     free(e->taken);
     free(e);
 }
@@ -199,9 +230,13 @@ static tdl_status_t engine_reserve(engine_t *e, int nreq, int nranks)
     if (nreq > e->cap_req) {
         int cap = TDL_MAX(nreq, 2 * e->cap_req);
         int *p = tdl_realloc(e->cand, (size_t)cap * sizeof(*p));
-        if (!p)
+        if (p)
+            e->cand = p;
+        int *q = tdl_realloc(e->placed, (size_t)cap * sizeof(*q));
+        if (q)
+            e->placed = q;
+        if (!p || !q)
             return tdl_error_raise(TDL_ERR_NOMEM, "policy: out of memory");
-        e->cand = p;
         e->cap_req = cap;
     }
     if (nranks > e->cap_ranks) {
@@ -212,6 +247,30 @@ static tdl_status_t engine_reserve(engine_t *e, int nreq, int nranks)
         e->cap_ranks = nranks;
     }
     return TDL_OK;
+}
+
+/* The candidates' heap: the first in the rule's order on top (the order is total: ties fall
+ * to the request id). */
+static bool cand_before(const engine_t *e, const coord_policy_view_t *v, int a, int b)
+{
+    return e->rule->before(v, &v->requests[e->cand[a]], &v->requests[e->cand[b]]);
+}
+
+static void cand_down(engine_t *e, const coord_policy_view_t *v, int i, int n)
+{
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= n)
+            return;
+        if (c + 1 < n && cand_before(e, v, c + 1, c))
+            c++;
+        if (!cand_before(e, v, c, i))
+            return;
+        int t = e->cand[i];
+        e->cand[i] = e->cand[c];
+        e->cand[c] = t;
+        i = c;
+    }
 }
 
 /* Appends `count` free ranks to ranks[have ..]: those of r's last group first, in order. */
@@ -233,6 +292,174 @@ static void take_ranks(engine_t *e, const coord_policy_view_t *v, const coord_po
         }
 }
 
+/* ---- keyed rules: the waiting requests in a heap kept across calls ---------------------- */
+
+static bool keyed_before(const keyed_t *a, const keyed_t *b)
+{
+    for (int i = 0; i < 3; i++)
+        if (a->k[i] != b->k[i])
+            return a->k[i] < b->k[i];
+    return a->id < b->id;
+}
+
+static void kh_down(keyed_t *h, int n, int i)
+{
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= n)
+            return;
+        if (c + 1 < n && keyed_before(&h[c + 1], &h[c]))
+            c++;
+        if (!keyed_before(&h[c], &h[i]))
+            return;
+        keyed_t t = h[i];
+        h[i] = h[c];
+        h[c] = t;
+        i = c;
+    }
+}
+
+static void kh_push(engine_t *e, keyed_t x)
+{
+    int i = e->nkh++;
+    while (i > 0 && keyed_before(&x, &e->kh[(i - 1) / 2])) {
+        e->kh[i] = e->kh[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    e->kh[i] = x;
+}
+
+static keyed_t kh_pop(engine_t *e)
+{
+    keyed_t top = e->kh[0];
+    e->kh[0] = e->kh[--e->nkh];
+    kh_down(e->kh, e->nkh, 0);
+    return top;
+}
+
+static tdl_status_t keyed_reserve(engine_t *e, uint64_t nids, int need)
+{
+    if (nids > e->cap_in) {
+        uint64_t cap = TDL_MAX(nids, 2 * e->cap_in);
+        uint8_t *p = tdl_realloc(e->in, (size_t)cap);
+        if (!p)
+            return tdl_error_raise(TDL_ERR_NOMEM, "policy: out of memory");
+        memset(p + e->cap_in, 0, (size_t)(cap - e->cap_in));
+        e->in = p;
+        e->cap_in = cap;
+    }
+    if (need > e->cap_kh) {
+        int cap = TDL_MAX(need, 2 * e->cap_kh);
+        keyed_t *h = tdl_realloc(e->kh, (size_t)cap * sizeof(*h));
+        if (h)
+            e->kh = h;
+        keyed_t *a = tdl_realloc(e->aside, (size_t)cap * sizeof(*a));
+        if (a)
+            e->aside = a;
+        if (!h || !a)
+            return tdl_error_raise(TDL_ERR_NOMEM, "policy: out of memory");
+        e->cap_kh = cap;
+    }
+    return TDL_OK;
+}
+
+/* The live request with this id when it waits, else NULL. */
+static const coord_policy_request_t *waiting(const coord_policy_view_t *v, uint64_t id)
+{
+    int slot = id < v->nids ? v->slot_of[id] : -1;
+    return slot >= 0 && slot < v->nrequests && !v->requests[slot].running ? &v->requests[slot]
+                                                                           : NULL;
+}
+
+/* Takes in the request a call names (it arrived, or a task of it ended); and when what the
+ * engine holds does not add up to the view's waiting requests (one dropped unseen), all of
+ * them again. */
+static tdl_status_t keyed_sync(engine_t *e, const coord_policy_view_t *v, uint64_t id)
+{
+    tdl_status_t st = keyed_reserve(e, v->nids, e->nkh + 1);
+    if (st != TDL_OK)
+        return st;
+    const coord_policy_request_t *r = waiting(v, id);
+    if (r && !e->in[id]) {
+        keyed_t x = {.id = id};
+        e->rule->key(r, x.k);
+        kh_push(e, x);
+        e->in[id] = 1;
+        e->nin++;
+    }
+    if (e->nin == v->nwaiting)
+        return TDL_OK;
+    while (e->nkh > 0)
+        e->in[e->kh[--e->nkh].id] = 0;
+    if ((st = keyed_reserve(e, v->nids, v->nrequests)) != TDL_OK)
+        return st;
+    for (int i = 0; i < v->nrequests; i++) {
+        const coord_policy_request_t *q = &v->requests[i];
+        if (q->running)
+            continue;
+        keyed_t x = {.id = q->id};
+        e->rule->key(q, x.k);
+        e->kh[e->nkh++] = x;
+        e->in[q->id] = 1;
+    }
+    e->nin = e->nkh;
+    for (int i = e->nkh / 2 - 1; i >= 0; i--)
+        kh_down(e->kh, e->nkh, i);
+    return TDL_OK;
+}
+
+/* The next waiting request in the rule's order (its index in v->requests), or -1: from the
+ * heap of a keyed rule, else from the candidates of this call. */
+typedef struct order {
+    bool keyed;
+    int ncand, pick, naside;
+} order_t;
+
+static int order_next(engine_t *e, const coord_policy_view_t *v, order_t *o)
+{
+    if (o->keyed) {
+        while (e->nkh > 0) {
+            keyed_t x = kh_pop(e);
+            const coord_policy_request_t *r = waiting(v, x.id);
+            if (!r) { /* gone, or placed unseen: no longer held */
+                e->in[x.id] = 0;
+                e->nin--;
+                continue;
+            }
+            e->aside[o->naside++] = x; /* back in the heap unless placed (order_placed) */
+            return (int)(r - v->requests);
+        }
+        return -1;
+    }
+    if (o->ncand <= 0)
+        return -1;
+    /* Most calls place one request (a task's end frees its ranks): the first by a scan, the
+     * rest from a heap, built at the second pick. */
+    int bi = 0;
+    if (o->pick == 0) {
+        for (int i = 1; i < o->ncand; i++)
+            if (cand_before(e, v, i, bi))
+                bi = i;
+    } else if (o->pick == 1) {
+        for (int i = o->ncand / 2 - 1; i >= 0; i--)
+            cand_down(e, v, i, o->ncand);
+    }
+    int ri = e->cand[bi];
+    e->cand[bi] = e->cand[--o->ncand];
+    if (o->pick++ > 0)
+        cand_down(e, v, 0, o->ncand);
+    return ri;
+}
+
+/* The request order_next gave last was placed: the heap lets it go. */
+static void order_placed(engine_t *e, order_t *o)
+{
+    if (o->keyed) {
+        e->in[e->aside[--o->naside].id] = 0;
+        e->nin--;
+    }
+}
+
 tdl_status_t coord_policy_engine_place(void *state, const coord_policy_view_t *v,
                                        uint64_t request_id, coord_policy_placement_t *out,
                                        int max_out, int *nout)
@@ -240,24 +467,22 @@ tdl_status_t coord_policy_engine_place(void *state, const coord_policy_view_t *v
     engine_t *e = state;
     const coord_policy_rule_t *rule = e->rule;
     *nout = 0;
+    order_t o = {.keyed = rule->key && v->slot_of};
+    tdl_status_t st;
+    if (o.keyed && (st = keyed_sync(e, v, request_id)) != TDL_OK)
+        return st;
     if (v->nfree <= 0 || max_out <= 0)
         return TDL_OK;
-    tdl_status_t st = engine_reserve(e, v->nrequests, v->nranks);
-    if (st != TDL_OK)
+    if ((st = engine_reserve(e, v->nrequests, v->nranks)) != TDL_OK)
         return st;
-    int ncand = 0;
-    for (int i = 0; i < v->nrequests; i++)
+    for (int i = 0; !o.keyed && i < v->nrequests; i++)
         if (!v->requests[i].running)
-            e->cand[ncand++] = i;
+            e->cand[o.ncand++] = i;
     memcpy(e->taken, v->busy, (size_t)v->nranks * sizeof(bool));
     int nfree = v->nfree, n = 0;
-    while (nfree > 0 && ncand > 0 && n < max_out) {
-        int bi = 0;
-        for (int i = 1; i < ncand; i++)
-            if (rule->before(v, &v->requests[e->cand[i]], &v->requests[e->cand[bi]]))
-                bi = i;
-        const coord_policy_request_t *r = &v->requests[e->cand[bi]];
-        e->cand[bi] = e->cand[--ncand];
+    int ri;
+    while (nfree > 0 && n < max_out && (ri = order_next(e, v, &o)) >= 0) {
+        const coord_policy_request_t *r = &v->requests[ri];
         int want = rule->degree(v, r, nfree);
         int d = want > 0 ? coord_policy_stage_degree(v, r, r->next, want) : 0;
         if (d <= 0 || d > nfree) {
@@ -265,6 +490,8 @@ tdl_status_t coord_policy_engine_place(void *state, const coord_policy_view_t *v
                 break;
             continue;
         }
+        order_placed(e, &o);
+        e->placed[n] = ri;
         coord_policy_placement_t *p = &out[n++];
         p->request_id = r->id;
         p->degree = d;
@@ -277,11 +504,8 @@ tdl_status_t coord_policy_engine_place(void *state, const coord_policy_view_t *v
     /* Surplus: widen this round's chunks while the model says wider finishes sooner. */
     for (int i = 0; rule->widen && i < n && nfree > 0; i++) {
         coord_policy_placement_t *p = &out[i];
-        const coord_policy_request_t *r = NULL;
-        for (int k = 0; k < v->nrequests && !r; k++)
-            if (v->requests[k].id == p->request_id)
-                r = &v->requests[k];
-        if (!r || r->next != COORD_POLICY_TASK_STEP_CHUNK)
+        const coord_policy_request_t *r = &v->requests[e->placed[i]];
+        if (r->next != COORD_POLICY_TASK_STEP_CHUNK)
             continue;
         for (;;) {
             int wider = coord_policy_stage_degree(v, r, r->next,
@@ -295,6 +519,8 @@ tdl_status_t coord_policy_engine_place(void *state, const coord_policy_view_t *v
             p->degree = wider;
         }
     }
+    while (o.naside > 0) /* waiting still */
+        kh_push(e, e->aside[--o.naside]);
     *nout = n;
     return TDL_OK;
 }

@@ -60,6 +60,13 @@ typedef struct coord_policy_view {
     const coord_policy_request_t *requests; /* every live request, running or not */
     int nrequests;
     int chunk; /* steps per STEP_CHUNK */
+    /* Optional (NULL in a view built by hand): request id -> its index in requests[], -1 once
+     * it is gone, for ids below nids; and how many requests are not running. With them a policy
+     * may keep its own order of the waiting requests across calls (the engine does, for orders
+     * fixed at arrival), checking it against nwaiting. */
+    const int *slot_of;
+    uint64_t nids;
+    int nwaiting;
 } coord_policy_view_t;
 
 typedef enum {

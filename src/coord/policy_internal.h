@@ -7,12 +7,18 @@
 #include "coord/policy.h"
 
 typedef struct coord_policy_rule {
-    /* true when a goes before b */
+    /* true when a goes before b: a strict total order (ties fall to the request id), since the
+     * engine keeps its candidates in a heap */
     bool (*before)(const coord_policy_view_t *v, const coord_policy_request_t *a,
                    const coord_policy_request_t *b);
     /* the degree wanted for r's next chunk with `nfree` ranks free (the engine clamps it to the
      * degrees the cost model has for the task's stage); 0: r waits */
     int (*degree)(const coord_policy_view_t *v, const coord_policy_request_t *r, int nfree);
+    /* Optional: a key whose order (lexicographic, then the request id) is before's, and fixed
+     * while a request lives (from its arrival, deadline, priority). With it, and a view that
+     * gives slot_of, the engine keeps the waiting requests in a heap across calls instead of
+     * ordering them all at each call. */
+    void (*key)(const coord_policy_request_t *r, double k[3]);
     bool blocking; /* stop at the first request in order that cannot be placed */
     bool widen;    /* after placing, hand the ranks left to this round's chunks, one power of two
                       at a time, where the cost model says the wider degree finishes sooner */
@@ -32,6 +38,9 @@ bool coord_policy_before_arrival(const coord_policy_view_t *v, const coord_polic
                                  const coord_policy_request_t *b);
 bool coord_policy_before_deadline(const coord_policy_view_t *v, const coord_policy_request_t *a,
                                   const coord_policy_request_t *b);
+/* Their keys. */
+void coord_policy_key_arrival(const coord_policy_request_t *r, double k[3]);
+void coord_policy_key_deadline(const coord_policy_request_t *r, double k[3]);
 /* The degree (of the step fits, at most nfree) that finishes r soonest; ties to the smaller. */
 int coord_policy_degree_fastest(const coord_policy_view_t *v, const coord_policy_request_t *r,
                                 int nfree);

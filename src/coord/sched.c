@@ -40,7 +40,10 @@ static coord_policy_view_t view_of(const coord_sched_t *s)
                                  .nfree = s->nfree,
                                  .requests = s->live,
                                  .nrequests = s->nlive,
-                                 .chunk = s->cfg.chunk};
+                                 .chunk = s->cfg.chunk,
+                                 .slot_of = s->live_of,
+                                 .nids = s->nids,
+                                 .nwaiting = s->nlive - s->running};
 }
 
 static tdl_status_t bad_placement(const coord_sched_t *s, const coord_policy_placement_t *p,

@@ -36,6 +36,7 @@ typedef struct sim {
     uint64_t seq;
     double now;
     double *finish;
+    bool *mark; /* workers 0 .. ranks */
     sim_train_t tr;
 } sim_t;
 
@@ -110,12 +111,18 @@ static tdl_status_t report(sim_t *s, uint32_t kind, int w)
     return coord_report(s->coord, s->now, w, &r);
 }
 
-static bool member(const serve_wire_members_t *m, int w)
+/* Marks m's ranks in s->mark (workers 1 .. ranks), for the membership tests of a resize. */
+static void mark(sim_t *s, const serve_wire_members_t *m)
 {
+    memset(s->mark, 0, ((size_t)s->cfg->ranks + 1) * sizeof(bool));
     for (uint32_t i = 0; i < m->n; i++)
-        if (m->ranks[i] == w)
-            return true;
-    return false;
+        if (m->ranks[i] <= s->cfg->ranks)
+            s->mark[m->ranks[i]] = true;
+}
+
+static bool marked(const sim_t *s, int w)
+{
+    return w <= s->cfg->ranks && s->mark[w];
 }
 
 /* A step ended: the leader reports it, then takes the resize it holds, if any (its leavers go
@@ -141,10 +148,12 @@ static tdl_status_t train_step_end(sim_t *s, int *done)
     }
     t->resize = false;
     bool grows = false;
+    mark(s, &t->m);
     for (uint32_t i = 0; i < t->next.n; i++)
-        grows |= !member(&t->m, t->next.ranks[i]);
+        grows |= !marked(s, t->next.ranks[i]);
+    mark(s, &t->next);
     for (uint32_t i = 0; st == TDL_OK && i < t->m.n; i++)
-        if (!member(&t->next, t->m.ranks[i]))
+        if (!marked(s, t->m.ranks[i]))
             st = report(s, SERVE_REPORT_LEFT, t->m.ranks[i]);
     serve_wire_members_t old = t->m;
     t->m = t->next;
@@ -161,8 +170,9 @@ static tdl_status_t train_joined(sim_t *s)
 {
     sim_train_t *t = &s->tr;
     tdl_status_t st = TDL_OK;
+    mark(s, &t->next); /* next: the group before the join */
     for (uint32_t i = 0; st == TDL_OK && i < t->m.n; i++)
-        if (!member(&t->next, t->m.ranks[i])) /* next: the group before the join */
+        if (!marked(s, t->m.ranks[i]))
             st = report(s, SERVE_REPORT_JOINED, t->m.ranks[i]);
     heap_push(s, s->now + coord_train_step_s(s->cfg->train, (int)t->m.n), EV_TRAIN_STEP);
     return st;
@@ -269,9 +279,10 @@ tdl_status_t coord_sim_run(const coord_sim_config_t *cfg, const coord_workload_r
     size_t nn = (size_t)(n > 0 ? n : 1);
     s.heap = malloc(((size_t)cfg->ranks + 4) * sizeof(*s.heap)); /* a task a rank, training, tick */
     s.finish = calloc(nn, sizeof(double));
+    s.mark = calloc((size_t)cfg->ranks + 1, sizeof(bool));
     double *lat = malloc(nn * sizeof(double));
     tdl_status_t st = TDL_OK;
-    if (!s.heap || !s.finish || !lat) {
+    if (!s.heap || !s.finish || !s.mark || !lat) {
         st = tdl_error_raise(TDL_ERR_NOMEM, "sim: out of memory for %d requests", n);
         goto out;
     }
@@ -356,6 +367,7 @@ out:
     coord_free(s.coord);
     free(lat);
     free(s.finish);
+    free(s.mark);
     free(s.heap);
     return st;
 }

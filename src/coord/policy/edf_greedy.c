@@ -10,6 +10,7 @@ static int edf_greedy_degree(const coord_policy_view_t *v, const coord_policy_re
 }
 
 static const coord_policy_rule_t edf_greedy_rule = {.before = coord_policy_before_deadline,
+                                                    .key = coord_policy_key_deadline,
                                                     .degree = edf_greedy_degree};
 COORD_POLICY_ENGINE_OPS(edf_greedy, "edf_greedy",
                         "earliest deadline first, the widest degree that fits");

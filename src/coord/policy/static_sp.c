@@ -11,7 +11,7 @@
         return N <= nfree ? N : 0;                                                                 \
     }                                                                                              \
     static const coord_policy_rule_t static_sp##N##_rule = {                                       \
-        .before = coord_policy_before_arrival, .degree = static_sp##N##_degree, .blocking = true}; \
+        .before = coord_policy_before_arrival, .key = coord_policy_key_arrival, .degree = static_sp##N##_degree, .blocking = true}; \
     COORD_POLICY_ENGINE_OPS(static_sp##N, "static_sp" #N,                                          \
                             "every chunk at degree " #N ", first come first served")
 
