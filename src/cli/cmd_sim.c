@@ -62,6 +62,42 @@ static const tdl_param_def_t sim_params[] = {
      0.001, 1e9},
 };
 
+/* The timeline as a picture beside it (FILE.png for FILE.csv), drawn by gnuplot where it is
+ * installed: ranks serving and training over the hours of the day, the arrival rate on the right
+ * axis, and training's images/s below. */
+static void timeline_plot(const char *csv, double day_s, int ranks)
+{
+    char png[4096];
+    size_t len = strlen(csv);
+    if (len > 4 && strcmp(csv + len - 4, ".csv") == 0)
+        snprintf(png, sizeof(png), "%.*s.png", (int)(len - 4), csv);
+    else
+        snprintf(png, sizeof(png), "%s.png", csv);
+    if (strpbrk(csv, "'\"\\$`") || strpbrk(png, "'\"\\$`")) {
+        TDL_WARN("--timeline %s: no plot of a path with quotes in it", csv);
+        return;
+    }
+    double h = day_s > 0 ? 24 / day_s : 1 / 3600.0; /* hours of the day per simulated second */
+    char cmd[16384];
+    snprintf(cmd, sizeof(cmd),
+             "gnuplot -e \"set terminal png size 1100,800; set output '%s'; "
+             "set datafile separator ','; set multiplot layout 2,1 title 'tidal sim --colocate, "
+             "%d ranks'; set key below horizontal; set lmargin 10; set rmargin 10; "
+             "set xrange [0:%s]; set ylabel 'ranks'; set yrange [0:%d]; "
+             "set y2label 'arrivals/s'; set y2tics; set ytics nomirror; "
+             "plot '%s' using (\\$1*%.12g):2 with steps title 'serving', '' using "
+             "(\\$1*%.12g):3 with steps title 'training', '' using (\\$1*%.12g):7 axes x1y2 "
+             "with lines title 'arrivals/s (right)'; unset y2tics; unset y2label; "
+             "set yrange [*:*]; set ytics mirror; set ylabel 'training images/s'; "
+             "set xlabel 'hour of the day'; plot '' using (\\$1*%.12g):6 with lines notitle; "
+             "unset multiplot\" 2>/dev/null",
+             png, ranks, day_s > 0 ? "24" : "*", ranks, csv, h, h, h, h);
+    if (system(cmd) != 0)
+        TDL_WARN("gnuplot did not draw %s (install gnuplot-nox); %s is there", png, csv);
+    else
+        fprintf(stderr, "tidal sim: timeline in %s and %s\n", csv, png);
+}
+
 static int sim_run_cmd(tdl_params_t *params, int npos, char **pos)
 {
     if (npos)
@@ -183,6 +219,8 @@ static int sim_run_cmd(tdl_params_t *params, int npos, char **pos)
     free(reqs);
     if (timeline && fclose(timeline) != 0 && st == TDL_OK)
         st = tdl_error_raise(TDL_ERR_IO, "--timeline: %s", strerror(errno));
+    if (timeline && st == TDL_OK)
+        timeline_plot(tdl_param_str(params, "timeline"), cfg.realloc_opts.day_s, cfg.ranks);
     if (ef && fclose(ef) != 0 && st == TDL_OK)
         st = tdl_error_raise(TDL_ERR_IO, "--event-log %s: %s", elog, strerror(errno));
     if (st != TDL_OK) {

@@ -39,6 +39,29 @@ check "--requests 2000: the day repeats to 2000" [ "`wc -l <"$tmp/d.jsonl"`" = 2
 TIDAL_DAY_SECONDS=600 "$TIDAL" workload --requests 5 >/dev/null 2>&1
 check "TIDAL_DAY_SECONDS (tidal run's too) does not stop a trace without --diurnal" [ $? = 0 ]
 
+# the day through tidal sim --colocate: a timeline row every 30 s of it, serving and training
+# within the 8 ranks, its arrivals the trace's, and the plot beside it where gnuplot is
+"$TIDAL" sim --colocate --ranks 8 --trace "$tmp/a.jsonl" --day-seconds 600 --chunk 5 \
+    --timeline "$tmp/tl.csv" --timeline-every 30 >"$tmp/sim.out" 2>&1; rc=$?
+check "sim --colocate of the day exits 0" [ $rc = 0 ]
+[ $rc = 0 ] || sed 's/^/# /' "$tmp/sim.out"
+check "the timeline's header" [ "`head -n 1 "$tmp/tl.csv"`" = \
+    "t_s,serving,training,live,step,train_images_per_s,arrivals_per_s,done" ]
+awk -F, -v n="$n" 'NR > 1 { rows++; if ($2 + $3 > 8 || $2 < 0 || $3 < 0) bad++
+        arr += $7 * ($1 - t); t = $1 }
+    END { printf "%d rows, %d beyond 8 ranks, %.0f arrivals of %d\n", rows, bad, arr, n
+          exit !(rows >= 19 && rows <= 21 && !bad && arr > 0.9 * n && arr <= n + 0.5) }' \
+    "$tmp/tl.csv" >"$tmp/tl.sum"; rc=$?
+diag "timeline: `cat "$tmp/tl.sum"`"
+check "20 rows of 30 s: serving + training within the ranks, arrivals summing to the trace's" [ $rc = 0 ]
+if command -v gnuplot >/dev/null 2>&1; then
+    check "the plot beside the timeline (tl.png)" [ -s "$tmp/tl.png" ]
+    check "sim names both files" grep -q "timeline in $tmp/tl.csv and $tmp/tl.png" "$tmp/sim.out"
+else
+    skip "no gnuplot: no plot of the timeline"
+    skip "no gnuplot: no plot to name"
+fi
+
 usage_error() {
     desc=$1; needle=$2; shift 2
     err=`"$TIDAL" workload "$@" -o "$tmp/bad.jsonl" 2>&1 >/dev/null`; rc=$?

@@ -116,3 +116,17 @@ cluster_sent() {
     tc -n "$TIDAL_CLUSTER-$1" -s qdisc show dev eth0 2>/dev/null |
         awk '$1 == "qdisc" && $2 == "tbf" { t = 1 } t && $1 == "Sent" { print $2; exit }'
 }
+
+# cluster_losses_equal RUN_CSV REF_CSV OUT: whether every step of tidal train's loss.csv (REF,
+# with a header) is in tidal run's (RUN) within a relative 1e-5; OUT gets the figures.
+cluster_losses_equal() {
+    python3 - "$1" "$2" >"$3" 2>&1 <<'EOF'
+import csv, sys
+run = {int(r[0]): float(r[1]) for r in csv.reader(open(sys.argv[1]))}
+ref = {int(r[0]): float(r[1]) for r in list(csv.reader(open(sys.argv[2])))[1:]}
+missing = [k for k in ref if k not in run]
+worst = max((abs(run[k] - ref[k]) / abs(ref[k]) for k in ref if k in run), default=1)
+print(f"steps {sorted(ref)}: largest relative difference {worst:.3g}, missing {missing}")
+sys.exit(0 if ref and not missing and worst < 1e-5 else 1)
+EOF
+}

@@ -80,15 +80,7 @@ grep "training lost ranks" "$dir/run.out" | sed 's/^.*warn: /# /'
 check "every request of the trace completed" \
     grep -q "trace: 24 requests, 24 done, 0 failed" "$dir/run.out"
 check "training finished at step 60" grep -q "training finished at step 60" "$dir/run.out"
-python3 - "$dir/run/loss.csv" "$dir/tref/loss.csv" >"$dir/cmp" 2>&1 <<'EOF'
-import csv, sys
-run = {int(r[0]): float(r[1]) for r in csv.reader(open(sys.argv[1]))}
-ref = {int(r[0]): float(r[1]) for r in list(csv.reader(open(sys.argv[2])))[1:]}
-missing = [k for k in ref if k not in run]
-worst = max((abs(run[k] - ref[k]) / abs(ref[k]) for k in ref if k in run), default=1)
-print(f"steps {sorted(ref)}: largest relative difference {worst:.3g}, missing {missing}")
-sys.exit(0 if ref and not missing and worst < 1e-5 else 1)
-EOF
+cluster_losses_equal "$dir/run/loss.csv" "$dir/tref/loss.csv" "$dir/cmp"
 rc=$?
 sed 's/^/# /' "$dir/cmp"
 check "its losses equal those of tidal train alone (within 1e-5)" [ $rc = 0 ]

@@ -159,15 +159,7 @@ check "the links carried it (h0 `sent h0 "$dir/run.err"` MiB, h1 `sent h1 "$dir/
     links_used "$dir/run.err"
 "$TIDAL" train $job --steps 80 --val-every 0 --log-every 20 --ckpt-every 1000 \
     --out "$dir/ref" >"$dir/ref.out" 2>&1
-python3 - "$dir/run/loss.csv" "$dir/ref/loss.csv" >"$dir/cmp" 2>&1 <<'EOF'
-import csv, sys
-run = {int(r[0]): float(r[1]) for r in csv.reader(open(sys.argv[1]))}
-ref = {int(r[0]): float(r[1]) for r in list(csv.reader(open(sys.argv[2])))[1:]}
-missing = [k for k in ref if k not in run]
-worst = max((abs(run[k] - ref[k]) / abs(ref[k]) for k in ref if k in run), default=1)
-print(f"steps {sorted(ref)}: largest relative difference {worst:.3g}, missing {missing}")
-sys.exit(0 if ref and not missing and worst < 1e-5 else 1)
-EOF
+cluster_losses_equal "$dir/run/loss.csv" "$dir/ref/loss.csv" "$dir/cmp"
 rc=$?
 sed 's/^/# /' "$dir/cmp"
 check "its losses while workers moved equal tidal train alone (within 1e-5)" [ $rc = 0 ]

@@ -33,6 +33,27 @@ ended() {
     check "$2: /metrics counts a dead rank" grep -qx 'tidal_ranks{role="dead"} 1' "$1/metrics"
 }
 
+# faulted DIR LABEL WHEN POINT:RANK:NTH KILL|STOP REF IDS ARGS...: the 4-rank job of ARGS with
+# rank 1 signalled at the fault point: it must lose no request, and every PNG must be REF's
+faulted() {
+    f_w=$1 f_label=$2 f_when=$3 f_point=$4 f_how=$5 f_ref=$6 f_ids=$7
+    shift 7
+    mkdir "$f_w"
+    [ $f_how = STOP ] && (stop_then_kill "$f_w/serve.out" "is dead (" "$dir/ckpt" &)
+    TIDAL_LAUNCH="$recover" TIDAL_FAULT="$f_point:$f_how" \
+        cluster_serve4 "$f_w" "$f_ids" "$@" >/dev/null 2>&1
+    check "$f_label of rank 1 $f_when: it happened" \
+        grep -q "TIDAL_FAULT: SIG$f_how at ${f_point%%:*}" "$f_w/serve.out"
+    check "$f_label: rank 0 declared rank 1 dead and took it out of the pool" \
+        grep -q "rank 1 is dead (.*): it leaves the pool, 2 of 3 executors are left" "$f_w/serve.out"
+    check "$f_label: every request answered 200" [ "`grep -c ' 200$' "$f_w/codes"`" = 8 ]
+    ended "$f_w" "$f_label" 1
+    f_same=yes
+    for id in $f_ids; do cmp -s "$f_ref/$id.png" "$f_w/$id.png" || f_same=no; done
+    check "$f_label: every PNG is byte for byte the one of the run without a failure" [ $f_same = yes ]
+    [ $f_same = yes ] || grep -E "warn|error" "$f_w/serve.out" | head -n 20 | sed 's/^/# /'
+}
+
 
 for sp in 1 2; do
     mkdir "$dir/ref$sp"
@@ -40,21 +61,8 @@ for sp in 1 2; do
     check "sp$sp: without a failure, 8 requests answer 200" [ "`grep -c ' 200$' "$dir/ref$sp/codes"`" = 8 ]
     # rank 1 takes the first free task: it runs chunks in both layouts
     for how in KILL STOP; do
-        w="$dir/$how$sp"
-        mkdir "$w"
-        [ $how = STOP ] && (stop_then_kill "$w/serve.out" "is dead (" "$dir/ckpt" &)
-        TIDAL_LAUNCH="$recover" TIDAL_FAULT="serve.chunk:1:3:$how" \
-            cluster_serve4 "$w" "$ids" $serve --sp $sp >/dev/null 2>&1
-        check "sp$sp, SIG$how of rank 1 at its 3rd chunk: it happened" \
-            grep -q "TIDAL_FAULT: SIG$how at serve.chunk" "$w/serve.out"
-        check "sp$sp, SIG$how: rank 0 declared rank 1 dead and took it out of the pool" \
-            grep -q "rank 1 is dead (.*): it leaves the pool, 2 of 3 executors are left" "$w/serve.out"
-        check "sp$sp, SIG$how: every request answered 200" [ "`grep -c ' 200$' "$w/codes"`" = 8 ]
-        ended "$w" "sp$sp, SIG$how" 1
-        same=yes
-        for id in $ids; do cmp -s "$dir/ref$sp/$id.png" "$w/$id.png" || same=no; done
-        check "sp$sp, SIG$how: every PNG is byte for byte the one of the run without a failure" [ $same = yes ]
-        [ $same = yes ] || grep -E "warn|error" "$w/serve.out" | head -n 20 | sed 's/^/# /'
+        faulted "$dir/$how$sp" "sp$sp, SIG$how" "at its 3rd chunk" serve.chunk:1:3 $how \
+            "$dir/ref$sp" "$ids" $serve --sp $sp
     done
 done
 
@@ -87,20 +95,7 @@ check "move: without a failure, 8 requests answer 200" [ "`grep -c ' 200$' "$dir
 check "move: without a failure, m0's state moves between its chunks" \
     grep -q "request m0: step_chunk (moved)" "$dir/refmove/serve.out"
 for how in KILL STOP; do
-    w="$dir/${how}move"
-    mkdir "$w"
-    [ $how = STOP ] && (stop_then_kill "$w/serve.out" "is dead (" "$dir/ckpt" &)
-    TIDAL_LAUNCH="$recover" TIDAL_FAULT="serve.move:1:1:$how" \
-        cluster_serve4 "$w" "$mids" $move >/dev/null 2>&1
-    check "move, SIG$how of rank 1 as it hands m0's state on: it happened" \
-        grep -q "TIDAL_FAULT: SIG$how at serve.move" "$w/serve.out"
-    check "move, SIG$how: rank 0 declared rank 1 dead and took it out of the pool" \
-        grep -q "rank 1 is dead (.*): it leaves the pool, 2 of 3 executors are left" "$w/serve.out"
-    check "move, SIG$how: every request answered 200" [ "`grep -c ' 200$' "$w/codes"`" = 8 ]
-    ended "$w" "move, SIG$how" 1
-    same=yes
-    for id in $mids; do cmp -s "$dir/refmove/$id.png" "$w/$id.png" || same=no; done
-    check "move, SIG$how: every PNG is byte for byte the one of the run without a failure" [ $same = yes ]
-    [ $same = yes ] || grep -E "warn|error" "$w/serve.out" | head -n 20 | sed 's/^/# /'
+    faulted "$dir/${how}move" "move, SIG$how" "as it hands m0's state on" serve.move:1:1 $how \
+        "$dir/refmove" "$mids" $move
 done
 done_testing
