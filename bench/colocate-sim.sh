@@ -58,10 +58,11 @@ for b in range(0, 24, 3):
 print(",".join(out))
 PY
 )
-            # training keeps a tenth of the ranks, as the static splits do: its global batch is
-            # fixed, so a step on fewer members is longer, and a rank sent back waits for its end
+            # training keeps a tenth of the ranks (--min-train's default), as the static splits
+            # do: its global batch is fixed, so a step on fewer members is longer, and a rank
+            # sent back waits for its end
             local args=(--colocate --ranks "$R" --trace "$work/trace$R.jsonl" --chunk 5
-                --policy edf_best_fit --min-train $(((R + 9) / 10))
+                --policy edf_best_fit
                 --train-batch $((16 * R)) --day-seconds "$day" --format csv ${cost:+--cost "$cost"})
             colocate_sim_row() { # SHARE ARGS...: one simulation, its row
                 local share=$1 out t0 t1; shift

@@ -157,11 +157,13 @@ static int sim_run_cmd(tdl_params_t *params, int npos, char **pos)
             free(reqs);
             return rc;
         }
-        if (cfg.ranks > SERVE_WIRE_MAX_WORKERS || cfg.ranks <= cfg.min_train) {
+        if (cfg.ranks > SERVE_WIRE_MAX_WORKERS ||
+            cfg.ranks <= coord_min_train(cfg.ranks, cfg.min_train)) {
             free(reqs);
             return cli_usage_error("--colocate: --ranks %d: want more than --min-train %d and at "
                                    "most %d",
-                                   cfg.ranks, cfg.min_train, SERVE_WIRE_MAX_WORKERS);
+                                   cfg.ranks, coord_min_train(cfg.ranks, cfg.min_train),
+                                   SERVE_WIRE_MAX_WORKERS);
         }
         const char *tpath = tdl_param_str(params, "train-model");
         tdl_status_t ts = TDL_ERR_NOT_FOUND;

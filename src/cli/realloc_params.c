@@ -12,8 +12,11 @@ const tdl_param_def_t cli_realloc_params[CLI_REALLOC_NPARAMS] = {
      NULL, 1, 0},
     {"serve-ranks", TDL_PARAM_INT, "1", "with --realloc static: ranks that always serve", NULL, 0,
      1 << 20},
-    {"min-train", TDL_PARAM_INT, "1", "ranks that always train while training runs", NULL, 1,
-     1 << 20},
+    {"min-train", TDL_PARAM_INT, "0",
+     "ranks that always train while training runs (0: a tenth of the workers, at least 1: the "
+     "global batch is fixed, so fewer members take longer steps, and a rank moving either way "
+     "waits for the step under way)",
+     NULL, 0, 1 << 20},
     {"min-serve", TDL_PARAM_INT, "0", "ranks that always serve", NULL, 0, 1 << 20},
     {"drain", TDL_PARAM_DOUBLE, "2",
      "slo_first: serving gets enough ranks to clear its backlog within this many seconds", NULL,

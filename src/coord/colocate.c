@@ -49,7 +49,7 @@ tdl_status_t coord_colocate_open(const coord_colocate_opts_t *o, int workers,
     }
     printf("tidal run: %d workers train the DiT and serve; reallocation %s, at least %d "
            "training\n",
-           workers, o->realloc->name, o->min_train);
+           workers, o->realloc->name, coord_min_train(workers, o->min_train));
     *out = k;
     return TDL_OK;
 }

@@ -386,6 +386,7 @@ tdl_status_t coord_create(const coord_config_t *cfg, coord_t **out)
     c->cfg.cost = &c->cost;
     if (c->cfg.admit_max <= 0)
         c->cfg.admit_max = TDL_MAX(16, 4 * cfg->workers);
+    c->cfg.min_train = coord_min_train(cfg->workers, cfg->min_train);
     coord_sched_config_t sc = {.ranks = cfg->workers,
                                .chunk = cfg->chunk,
                                .max_degree = cfg->max_degree,
@@ -442,6 +443,11 @@ void coord_sched_request_of(const serve_request_params_t *p, double now, coord_s
                                    .deadline_s =
                                        p->deadline_ms > 0 ? now + (double)p->deadline_ms / 1e3 : 0,
                                    .priority = p->priority};
+}
+
+int coord_min_train(int workers, int min_train)
+{
+    return min_train > 0 ? min_train : TDL_MAX(1, (workers + 9) / 10);
 }
 
 bool coord_admits(const coord_t *c)

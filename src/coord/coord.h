@@ -32,6 +32,9 @@ typedef struct coord_config {
      * first and the policy decides how many serve */
     const coord_realloc_ops_t *realloc;
     coord_realloc_opts_t realloc_opts;
+    /* 0 min_train: a tenth of the workers, at least 1. Training's global batch is fixed, so a
+     * step on fewer members is longer, and a rank moving either way waits for the step under
+     * way: at 16 images a rank, one member of 512 would take a step as long as 512 of theirs */
     int min_train, min_serve;
     bool fixed_weights; /* serving keeps its weights: checkpoints are not reloaded */
     /* when not NULL: every event that can change a decision, and every command, a line each
@@ -116,6 +119,9 @@ void coord_free(coord_t *c);
 
 /* Whether the policy takes another request now (the rest wait in the caller's queue). */
 bool coord_admits(const coord_t *c);
+/* The ranks that always train among `workers` for a min_train of the configuration (0: a
+ * tenth, at least 1). */
+int coord_min_train(int workers, int min_train);
 /* A request arrives, as serve validated it (id and seed filled in). handle: the caller's. */
 tdl_status_t coord_request_arrive(coord_t *c, double now, const serve_request_params_t *p,
                                   void *handle);
