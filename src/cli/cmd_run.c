@@ -85,7 +85,9 @@ static int run_run(tdl_params_t *params, int npos, char **pos)
             rank = getenv("SLURM_PROCID");
         if ((!rank || !strcmp(rank, "0")) &&
             (st = coord_colocate_demo_trace(world - 1, run.worker.train.seed,
-                                            (int)tdl_param_int(params, "steps"), trace)) !=
+                                            (int)tdl_param_int(params, "steps"),
+                                            (int)tdl_param_int(params, "max-resolution"),
+                                            trace)) !=
                 TDL_OK) {
             fprintf(stderr, "tidal: run: demo trace: %s\n", tdl_error_get());
             return CLI_EXIT_FAILURE;

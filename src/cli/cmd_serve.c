@@ -40,6 +40,8 @@ const tdl_param_def_t cli_serve_params[CLI_SERVE_NPARAMS] = {
      NULL, 1, 65536},
     {"connection-timeout", TDL_PARAM_INT, "600",
      "seconds an HTTP connection may stay idle (0: forever)", NULL, 0, 86400},
+    {"cancel-on-disconnect", TDL_PARAM_BOOL, "false",
+     "cancel a ?wait=1 request whose client has gone away (checked every 200 ms)", NULL, 0, 0},
     {"max-resolution", TDL_PARAM_INT, "128",
      "largest image side a request may ask for: 32, 64 or 128 (sizes the activations)", NULL, 32,
      128},
@@ -107,7 +109,8 @@ static void install_signals(void)
 }
 
 /* The model every rank serves: --ckpt's weights, or (tidal run without --ckpt) the training
- * run's model at its initial weights, which training replaces. */
+ * run's model at its initial weights, which training replaces. An inference model: no
+ * gradients, one block's activations, nothing of them touched before the first request. */
 static tdl_status_t serving_model(tdl_params_t *params, const cli_colocate_t *run,
                                   dit_model_t **out)
 {
@@ -119,16 +122,38 @@ static tdl_status_t serving_model(tdl_params_t *params, const cli_colocate_t *ru
     if (st != TDL_OK)
         return st;
     if (ckpt)
-        return train_weights_load_on(ckpt, tdl_param_str(params, "weights"), max_batch, max_res, be,
-                                     out);
+        return train_weights_load_inference(ckpt, tdl_param_str(params, "weights"), max_batch,
+                                            max_res, be, out);
     dit_config_t cfg;
     st = dit_config_named(run->worker.train.model, &cfg);
     if (st == TDL_OK)
-        st = dit_model_create_on(&cfg, max_batch, max_res, be, out);
+        st = dit_model_create_inference(&cfg, max_batch, max_res, be, out);
     else
         dit_backend_close(be);
     if (st == TDL_OK)
         dit_model_init_weights(*out, run->worker.train.seed);
+    return st;
+}
+
+/* The class names the prompts of POST /v1/images/generations may give: --ckpt's (NULL when the
+ * file has none), or, for tidal run without --ckpt, Fashion-MNIST's when it trains on them.
+ * *owned is what to free. */
+static tdl_status_t serving_class_names(tdl_params_t *params, const cli_colocate_t *run,
+                                        const dit_model_t *m, const char *const **names_out,
+                                        char ***owned)
+{
+    const char *ckpt = tdl_param_str(params, "ckpt");
+    *owned = NULL;
+    *names_out = NULL;
+    if (!ckpt) {
+        if (!strcmp(run->worker.train.data, "fmnist") &&
+            m->config.num_classes == TRAIN_FMNIST_CLASSES)
+            *names_out = train_fmnist_class_names;
+        return TDL_OK;
+    }
+    tdl_status_t st = train_weights_class_names(ckpt, m->config.num_classes, owned);
+    if (st == TDL_OK)
+        *names_out = (const char *const *)*owned;
     return st;
 }
 
@@ -179,7 +204,8 @@ static void rank0_opts(tdl_params_t *params, const cli_colocate_t *run, char *po
                  .max_body = (size_t)tdl_param_int(params, "max-body"),
                  .wait_timeout_ms = (int)ceil(tdl_param_double(params, "wait-timeout") * 1e3),
                  .max_connections = (int)tdl_param_int(params, "max-connections"),
-                 .connection_timeout_s = (int)tdl_param_int(params, "connection-timeout")},
+                 .connection_timeout_s = (int)tdl_param_int(params, "connection-timeout"),
+                 .cancel_on_disconnect = tdl_param_bool(params, "cancel-on-disconnect")},
         .trace = tdl_param_str(params, "trace"),
         .exit_after_trace = tdl_param_bool(params, "exit-after-trace"),
         .queue_max = (int)tdl_param_int(params, "queue-max"),
@@ -276,13 +302,19 @@ int cli_serve_main(tdl_params_t *params, const char *what, const cli_colocate_t 
             char policy[64];
             coord_rank0_opts_t o;
             rank0_opts(params, run, policy, sizeof(policy), &o);
+            char **names = NULL;
+            if ((st = serving_class_names(params, run, m, &o.http.class_names, &names)) != TDL_OK) {
+                fprintf(stderr, "tidal: %s: %s\n", what, tdl_error_get());
+                rc = CLI_EXIT_FAILURE;
+            }
             if (d)
                 printf("tidal serve: rank 0 coordinates, ranks 1..%d execute; policy %s, %lld "
                        "steps per task\n",
                        me.size - 1, pname ? pname : "static (--sp)",
                        (long long)tdl_param_int(params, "chunk"));
             bool bad_input = false;
-            if ((st = coord_rank0_run(&o, me.size, m, d, &stop_signal, &bad_input)) != TDL_OK) {
+            if (rc == CLI_EXIT_OK &&
+                (st = coord_rank0_run(&o, me.size, m, d, &stop_signal, &bad_input)) != TDL_OK) {
                 if (bad_input) {
                     rc = cli_usage_error("%s", tdl_error_get());
                 } else {
@@ -290,6 +322,7 @@ int cli_serve_main(tdl_params_t *params, const char *what, const cli_colocate_t 
                     rc = CLI_EXIT_FAILURE;
                 }
             }
+            free(names);
         }
         if (d) { /* whatever happened, the executors are told to leave */
             serve_dispatcher_stop(d);

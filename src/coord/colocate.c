@@ -197,7 +197,8 @@ void coord_colocate_finish(coord_colocate_t *k, coord_t *c, serve_queue_t *q, do
     sample_grid(k, t.latest);
 }
 
-tdl_status_t coord_colocate_demo_trace(int workers, uint64_t seed, int steps, const char *path)
+tdl_status_t coord_colocate_demo_trace(int workers, uint64_t seed, int steps, int max_resolution,
+                                       const char *path)
 {
     coord_workload_config_t wc;
     coord_workload_config_default(&wc);
@@ -205,6 +206,8 @@ tdl_status_t coord_colocate_demo_trace(int workers, uint64_t seed, int steps, co
     wc.requests = 0;
     wc.seed = seed;
     wc.mix[0] = 0.8, wc.mix[1] = 0.2, wc.mix[2] = 0; /* 32 and 64 pixels */
+    if (max_resolution < 64) /* what the server takes */
+        wc.mix[0] = 1, wc.mix[1] = 0;
     wc.steps[0] = wc.steps[1] = steps;
     /* loads of the built-in cost model's capacity (about 5 requests/s of this mix on 3
      * workers), which is several times what a small machine shared with training serves:

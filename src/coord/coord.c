@@ -25,8 +25,9 @@ typedef struct coord_req {
     int first, last;        /* its first and last world rank */
     int restarts;           /* times it started again after a rank died */
     int replaced;           /* of those, the times its PREPARE has been placed again */
+    bool cancel; /* asked to stop at its running task's end */
     /* its answer, once it finished: kept here, so that answering never allocates */
-    bool ok, late;
+    bool ok, late, cancelled;
     double finish_s;
     void *result;
     size_t result_len;
@@ -148,8 +149,8 @@ static void elog_ranks(const coord_t *c, const char *what, const int *r, int n)
 
 static void elog_command(const coord_t *c, const coord_cmd_t *o)
 {
-    static const char *const kinds[] = {"task",   "answer",  "resize", "join",
-                                        "reload", "recover", "leave",  "restart"};
+    static const char *const kinds[] = {"task",    "answer", "resize",  "join", "reload",
+                                        "recover", "leave",  "restart", "drop"};
     FILE *f = c->cfg.event_log;
     if (!f)
         return;
@@ -161,8 +162,13 @@ static void elog_command(const coord_t *c, const coord_cmd_t *o)
         elog_ranks(c, "ranks", o->task.ranks, o->task.nranks);
         elog_ranks(c, "prev", o->task.prev, o->task.nprev);
     } else if (o->kind == COORD_CMD_ANSWER) {
-        fprintf(f, " req=%" PRIu64 " ok=%d late=%d finish=%.17g why=%s", o->request, o->ok, o->late,
-                o->finish_s, o->why && *o->why ? o->why : "-");
+        fprintf(f, " req=%" PRIu64 " ok=%d late=%d finish=%.17g", o->request, o->ok, o->late,
+                o->finish_s);
+        if (o->cancelled) /* (only then: logs of before cancellation read the same) */
+            fputs(" cancelled=1", f);
+        fprintf(f, " why=%s", o->why && *o->why ? o->why : "-");
+    } else if (o->kind == COORD_CMD_DROP) {
+        fprintf(f, " worker=%d req=%" PRIu64, o->worker, o->request);
     } else {
         fprintf(f, " worker=%d", o->worker);
         if (o->members) {
@@ -232,6 +238,7 @@ static const coord_cmd_t *command_next(coord_t *c)
                                .handle = r->handle,
                                .ok = r->ok,
                                .late = r->late,
+                               .cancelled = r->cancelled,
                                .arrival_s = r->arrival_s,
                                .finish_s = r->finish_s,
                                .result = r->result,
@@ -246,6 +253,8 @@ static const coord_cmd_t *command_next(coord_t *c)
     }
     coord_pending_t *p = &c->cmds[c->head++];
     c->out = p->cmd;
+    if (c->out.kind == COORD_CMD_DROP)
+        c->out.spec = &c->reqs[c->out.request].spec;
     if (c->out.kind == COORD_CMD_TASK) {
         c->out.spec = &c->reqs[c->out.request].spec;
         c->out.task.ranks = c->pool + p->ranks_at;
@@ -270,6 +279,29 @@ static void answer(coord_t *c, uint64_t id, double now, bool ok, void *result, s
     c->answers[c->nanswers++] = id;
     ok ? c->stats.done++ : c->stats.failed++;
     c->stats.late += r->late;
+}
+
+/* A request cancelled: answered so, counted apart from the failed ones. */
+static void answer_cancelled(coord_t *c, uint64_t id, double now)
+{
+    coord_req_t *r = &c->reqs[id];
+    r->ok = false, r->late = false, r->cancelled = true, r->finish_s = now;
+    r->result = NULL, r->result_len = 0;
+    snprintf(r->why, sizeof(r->why), "cancelled");
+    c->answers[c->nanswers++] = id;
+    c->stats.cancelled++;
+}
+
+/* DROP commands to the executor ranks (the policy's numbering) holding request id's state. */
+static tdl_status_t drop_state(coord_t *c, uint64_t id, const int *ranks, int n)
+{
+    tdl_status_t st = TDL_OK;
+    for (int i = 0; i < n && st == TDL_OK; i++) {
+        coord_pending_t *p = NULL;
+        if ((st = push(c, &p)) == TDL_OK)
+            p->cmd = (coord_cmd_t){.kind = COORD_CMD_DROP, .request = id, .worker = ranks[i] + 1};
+    }
+    return st;
 }
 
 /* A membership the commands pushed after it name; *at: its index. */
@@ -505,6 +537,45 @@ tdl_status_t coord_request_arrive_at(coord_t *c, double now, double arrived,
     return st;
 }
 
+uint64_t coord_requests(const coord_t *c)
+{
+    return c->nreqs;
+}
+
+tdl_status_t coord_request_cancel(coord_t *c, double now, uint64_t request)
+{
+    elog(c, "cancel %.17g req=%" PRIu64, now, request);
+    if (request >= c->nreqs)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "coordinator: no request %llu to cancel",
+                               (unsigned long long)request);
+    coord_req_t *r = &c->reqs[request];
+    int state = coord_sched_state(c->sched, request);
+    if (state < 0 || r->cancel)
+        return TDL_OK;
+    if (state == 1) { /* at its task's end */
+        r->cancel = true;
+        return TDL_OK;
+    }
+    int ranks[COORD_POLICY_MAX_DEGREE], n = 0;
+    tdl_status_t st = coord_sched_cancel_waiting(c->sched, request, ranks, &n);
+    if (st == TDL_OK) {
+        answer_cancelled(c, request, now);
+        st = drop_state(c, request, ranks, n);
+    }
+    return st;
+}
+
+/* A cancelled request's task ended (ok: its ranks hold its state): it ends here. */
+static tdl_status_t end_cancelled(coord_t *c, double now, uint64_t request, bool held)
+{
+    int ranks[COORD_POLICY_MAX_DEGREE];
+    int n = held ? coord_sched_held(c->sched, request, ranks) : 0;
+    tdl_status_t st = drop_state(c, request, ranks, n);
+    answer_cancelled(c, request, now);
+    tdl_status_t s2 = coord_sched_failed(c->sched, now, request);
+    return st == TDL_OK ? s2 : st;
+}
+
 tdl_status_t coord_task_finished(coord_t *c, double now, uint64_t request, bool ok, void *result,
                                  size_t result_len)
 {
@@ -515,6 +586,8 @@ tdl_status_t coord_task_finished(coord_t *c, double now, uint64_t request, bool 
                                "task",
                                (unsigned long long)request);
     coord_req_t *r = &c->reqs[request];
+    if (r->cancel && !(ok && r->kind == SERVE_TASK_DECODE)) /* a DECODE done: it is done */
+        return end_cancelled(c, now, request, ok);
     if (!ok) {
         char why[SERVE_ERROR_MAX];
         snprintf(why, sizeof(why), "its %s task failed on executor ranks %d..%d (see their log)",
@@ -536,6 +609,8 @@ tdl_status_t coord_task_lost(coord_t *c, double now, uint64_t request)
         return tdl_error_raise(TDL_ERR_INVALID_ARG, "coordinator: no request %llu lost a task",
                                (unsigned long long)request);
     coord_req_t *r = &c->reqs[request];
+    if (r->cancel)
+        return end_cancelled(c, now, request, true);
     if (r->restarts < COORD_MAX_RESTARTS) {
         TDL_WARN("request %llu: its %s task on executor ranks %d..%d lost a rank",
                  (unsigned long long)r->spec.id, serve_task_name(r->kind), r->first, r->last);

@@ -50,22 +50,25 @@ typedef enum {
     COORD_CMD_RELOAD,   /* to a serving worker: serve the weights of this checkpoint */
     COORD_CMD_RECOVER,  /* to a member whose group lost a rank: train on in this membership */
     COORD_CMD_LEAVE,    /* to a member whose group lost a rank: leave training and serve */
-    COORD_CMD_RESTART   /* to a serving worker, once every member died: train in this membership
+    COORD_CMD_RESTART,  /* to a serving worker, once every member died: train in this membership
                          * from the newest checkpoint (or the start) */
+    COORD_CMD_DROP      /* to an executor holding a cancelled request's state: let it go */
 } coord_cmd_kind_t;
 
 /* A command; pointers in it stay valid until the next coord_command_next. */
 typedef struct coord_cmd {
     coord_cmd_kind_t kind;
-    uint64_t request; /* TASK, ANSWER: the request's number (0, 1, ... in order of arrival) */
+    uint64_t request; /* TASK, ANSWER, DROP: the request's number (0, 1, ... in arrival order) */
     void *handle;     /* TASK, ANSWER: the caller's handle, as it gave it at arrival */
-    int worker;       /* RESIZE, JOIN, RELOAD, RECOVER, LEAVE, RESTART: the world rank it goes to */
-    /* TASK: the request, and the task as executors take it (world ranks) */
+    int worker; /* RESIZE, JOIN, RELOAD, RECOVER, LEAVE, RESTART, DROP: the world rank it goes to */
+    /* TASK, DROP: the request (DROP: its spec.id is what the executor holds), and for TASK the
+     * task as executors take it (world ranks) */
     const serve_traj_spec_t *spec;
     serve_task_cmd_t task;
     double estimate_s; /* the cost model's duration, a move of state included */
     /* ANSWER */
-    bool ok, late; /* late: it finished after its deadline */
+    bool ok, late;  /* late: it finished after its deadline */
+    bool cancelled; /* not ok: cancelled (coord_request_cancel), neither failed nor late */
     double arrival_s, finish_s;
     void *result; /* what coord_task_finished passed with the DECODE (the PNG) */
     size_t result_len;
@@ -103,7 +106,7 @@ typedef struct coord_move_stats {
 #define COORD_MAX_RESTARTS 3 /* starts again of one request before it fails */
 
 typedef struct coord_stats {
-    uint64_t arrived, done, failed, late;
+    uint64_t arrived, done, failed, late, cancelled;
     long tasks, migrations;
     long restarts; /* requests started again after a rank died */
     int lost;      /* executor ranks declared dead */
@@ -129,6 +132,13 @@ tdl_status_t coord_request_arrive(coord_t *c, double now, const serve_request_pa
  * since: its deadline, and the latency its answer reports, count from then. */
 tdl_status_t coord_request_arrive_at(coord_t *c, double now, double arrived,
                                      const serve_request_params_t *p, void *handle);
+/* Cancels `request`: one waiting between tasks is answered cancelled at once (and DROP
+ * commands free its state on the ranks that hold it); one running is, when its task ends,
+ * unless that task was its last (then it is done). Finished or unknown to the scheduler: no
+ * effect. */
+tdl_status_t coord_request_cancel(coord_t *c, double now, uint64_t request);
+/* How many request numbers have been given: the last request that arrived is this minus 1. */
+uint64_t coord_requests(const coord_t *c);
 /* The running task of `request` ended: ok, or failed. result/result_len: the DECODE's PNG,
  * handed on in the ANSWER (the coordinator never frees it). */
 tdl_status_t coord_task_finished(coord_t *c, double now, uint64_t request, bool ok, void *result,

@@ -76,7 +76,9 @@ void coord_colocate_row(coord_colocate_t *k, coord_t *c, serve_queue_t *q, doubl
 void coord_colocate_finish(coord_colocate_t *k, coord_t *c, serve_queue_t *q, double elapsed);
 void coord_colocate_close(coord_colocate_t *k);
 
-/* The built-in trace of `tidal run --demo`: two bursts over 85 s, written to path. */
-tdl_status_t coord_colocate_demo_trace(int workers, uint64_t seed, int steps, const char *path);
+/* The built-in trace of `tidal run --demo`: two bursts over 85 s, written to path; 32 and 64
+ * pixel requests, or 32 alone when max_resolution is below 64. */
+tdl_status_t coord_colocate_demo_trace(int workers, uint64_t seed, int steps, int max_resolution,
+                                       const char *path);
 
 #endif /* TIDAL_COORD_JOB_H */

@@ -58,6 +58,25 @@ out:
     return NULL;
 }
 
+/* ---- a request's events ------------------------------------------------------------------ */
+
+/* A task_started or task_finished event of a task of `steps` steps from step `from` on rank 0
+ * alone (seconds < 0: not finished). */
+static void job_event(serve_queue_t *q, serve_job_t *job, const char *name, const char *task,
+                      int steps, int from, double seconds)
+{
+    char json[256];
+    int n = snprintf(json, sizeof(json),
+                     "{\"task\": \"%s\", \"steps\": %d, \"from_step\": %d, \"degree\": 1, "
+                     "\"ranks\": [0]",
+                     task, steps, from);
+    if (seconds >= 0)
+        snprintf(json + n, sizeof(json) - (size_t)n, ", \"seconds\": %.6f}", seconds);
+    else
+        snprintf(json + n, sizeof(json) - (size_t)n, "}");
+    serve_job_event(q, job, name, json);
+}
+
 /* ---- alone: sampling one request on rank 0 ----------------------------------------------------
  */
 
@@ -81,13 +100,39 @@ static void run_job(dit_model_t *m, serve_queue_t *q, serve_job_t *job)
         st = tdl_error_raise(TDL_ERR_NOMEM, "out of memory for %d images of %d", n, res);
     for (int i = 0; st == TDL_OK && i < n; i++)
         labels[i] = p->label;
-    if (st == TDL_OK)
-        st = dit_sample(m, labels, n, res, res, &o, img);
+    /* dit_sample's steps one at a time: each a task of one step on rank 0, for the request's
+     * events, and a boundary where a cancel takes effect */
+    bool cancelled = false;
     if (st == TDL_OK) {
+        job_event(q, job, "task_started", "prepare", 0, 0, -1);
+        dit_sampler_noise(img, n, (size_t)c->in_channels * res * res, o.seed, 0);
+        job_event(q, job, "task_finished", "prepare", 0, 0, tdl_clock_s() - t0);
+    }
+    for (int i = 0; st == TDL_OK && i < p->steps; i++) {
+        if ((cancelled = serve_job_cancel_asked(q, job)))
+            break;
+        double ts = tdl_clock_s();
+        job_event(q, job, "task_started", "step_chunk", 1, i, -1);
+        st = dit_sampler_step(m, img, labels, n, res, res, 1.0f - (float)i / (float)p->steps,
+                              1.0f - (float)(i + 1) / (float)p->steps, o.kind, o.cfg_scale);
+        if (st == TDL_OK)
+            job_event(q, job, "task_finished", "step_chunk", 1, i, tdl_clock_s() - ts);
+    }
+    if (cancelled) {
+        TDL_INFO("request %s: cancelled", p->id);
+        free(labels), free(img);
+        serve_job_cancelled(q, job);
+        return;
+    }
+    if (st == TDL_OK) {
+        double td = tdl_clock_s();
+        job_event(q, job, "task_started", "decode", 0, p->steps, -1);
         int cols = 1;
         while (cols * cols < n)
             cols++;
         st = serve_png_encode(img, n, c->in_channels, res, res, cols, n > 1 ? 2 : 0, &png, &len);
+        if (st == TDL_OK)
+            job_event(q, job, "task_finished", "decode", 0, p->steps, tdl_clock_s() - td);
     }
     free(labels), free(img);
     if (st == TDL_OK) {
@@ -106,8 +151,18 @@ static void run_job(dit_model_t *m, serve_queue_t *q, serve_job_t *job)
 /* ---- rank 0 with executors: the coordinator's edges -------------------------------------------
  */
 
+/* A request's task under way, for its events: what it is, and when it was sent. */
+typedef struct rank0_task {
+    void *handle;
+    char json[96 + 8 * SERVE_MAX_DEGREE]; /* its task_started data, less the closing brace */
+    double sent_s;
+    int steps_done;
+} rank0_task_t;
+
 typedef struct rank0 {
     coord_t *co;
+    rank0_task_t *tasks; /* by request number */
+    size_t ntasks;
     serve_dispatcher_t *d;
     serve_queue_t *q;
     coord_colocate_t *coloc;
@@ -138,6 +193,55 @@ static void log_answer(rank0_t *r, const coord_cmd_t *cmd)
     fflush(r->log);
 }
 
+/* The record of request `id` (grown as requests come); NULL without memory. */
+static rank0_task_t *task_of(rank0_t *r, uint64_t id)
+{
+    if (id >= r->ntasks) {
+        size_t n = TDL_MAX((size_t)id + 1, 2 * r->ntasks);
+        rank0_task_t *t = tdl_realloc(r->tasks, n * sizeof(*t));
+        if (!t)
+            return NULL;
+        memset(t + r->ntasks, 0, (n - r->ntasks) * sizeof(*t));
+        r->tasks = t, r->ntasks = n;
+    }
+    return &r->tasks[id];
+}
+
+/* A TASK as it is sent: its task_started event. */
+static void task_sent(rank0_t *r, const coord_cmd_t *cmd)
+{
+    rank0_task_t *t = task_of(r, cmd->request);
+    if (!t)
+        return;
+    t->handle = cmd->handle;
+    t->sent_s = tdl_clock_s();
+    int n = snprintf(t->json, sizeof(t->json),
+                     "{\"task\": \"%s\", \"steps\": %d, \"from_step\": %d, \"degree\": %d, "
+                     "\"moved\": %s, \"ranks\": [",
+                     serve_task_name(cmd->task.kind), cmd->task.steps, t->steps_done,
+                     cmd->task.nranks, cmd->task.move ? "true" : "false");
+    for (int i = 0; i < cmd->task.nranks && n < (int)sizeof(t->json) - 16; i++)
+        n += snprintf(t->json + n, sizeof(t->json) - (size_t)n, "%s%d", i ? ", " : "",
+                      cmd->task.ranks[i]);
+    snprintf(t->json + n, sizeof(t->json) - (size_t)n, "]");
+    char ev[sizeof(t->json) + 8];
+    snprintf(ev, sizeof(ev), "%s}", t->json);
+    serve_job_event(r->q, cmd->handle, "task_started", ev);
+    t->steps_done += cmd->task.steps;
+}
+
+/* A task reported: its task_finished event. */
+static void task_reported(rank0_t *r, uint64_t id, bool ok)
+{
+    if (id >= r->ntasks || !r->tasks[id].handle)
+        return;
+    rank0_task_t *t = &r->tasks[id];
+    char ev[sizeof(t->json) + 64];
+    snprintf(ev, sizeof(ev), "%s, \"ok\": %s, \"seconds\": %.6f}", t->json, ok ? "true" : "false",
+             tdl_clock_s() - t->sent_s);
+    serve_job_event(r->q, t->handle, "task_finished", ev);
+}
+
 /* Carries out what the coordinator decided, in its order. */
 static tdl_status_t take_commands(rank0_t *r)
 {
@@ -152,14 +256,23 @@ static tdl_status_t take_commands(rank0_t *r)
                       serve_job_params(cmd->handle)->id, serve_task_name(cmd->task.kind),
                       cmd->task.move ? " (moved)" : "", cmd->task.ranks[0],
                       cmd->task.ranks[cmd->task.nranks - 1], cmd->task.nranks, cmd->estimate_s);
+            task_sent(r, cmd);
             s = serve_dispatch_task(r->d, cmd->spec, &cmd->task, (void *)(uintptr_t)cmd->request);
             break;
         case COORD_CMD_ANSWER:
             log_answer(r, cmd);
+            if (cmd->request < r->ntasks)
+                r->tasks[cmd->request].handle = NULL; /* the job goes */
             if (cmd->ok)
                 serve_job_done(r->q, cmd->handle, cmd->result, cmd->result_len);
+            else if (cmd->cancelled)
+                serve_job_cancelled(r->q, cmd->handle);
             else
                 serve_job_fail(r->q, cmd->handle, cmd->why);
+            break;
+        case COORD_CMD_DROP:
+            if ((s = serve_wire_drop_encode(cmd->spec->id, &msg)) == TDL_OK)
+                s = serve_dispatcher_send(r->d, cmd->worker, &msg);
             break;
         case COORD_CMD_RESIZE:
         case COORD_CMD_JOIN:
@@ -217,6 +330,7 @@ static tdl_status_t collect(rank0_t *r, int *nout)
         bool ok = fin[i].status == TDL_OK;
         uint64_t id = (uintptr_t)fin[i].user;
         tdl_status_t s;
+        task_reported(r, id, ok);
         if (!ok)
             free(fin[i].png);
         if (fin[i].status == TDL_ERR_PEER) {
@@ -261,6 +375,7 @@ static tdl_status_t turn(rank0_t *r, bool admit, int *nout)
     while (st == TDL_OK && admit && coord_admits(r->co) &&
            serve_queue_pop(r->q, 0, &job) == TDL_OK) {
         /* its deadline counts from its arrival in the queue, not from here */
+        serve_job_set_tag(job, coord_requests(r->co)); /* the number it gets */
         if ((st = coord_request_arrive_at(r->co, now_of(r), serve_job_submit_s(job) - r->t0,
                                           serve_job_params(job), job)) == TDL_OK)
             st = take_commands(r);
@@ -268,6 +383,13 @@ static tdl_status_t turn(rank0_t *r, bool admit, int *nout)
             serve_job_fail(r->q, job, "the coordinator could not take it");
         admitted++;
     }
+    /* cancels of requests the coordinator has: at once if waiting, else at their task's end */
+    serve_job_t *cancel[16];
+    int nc;
+    while (st == TDL_OK && (nc = serve_queue_take_cancels(r->q, cancel, 16)) > 0)
+        for (int i = 0; i < nc && st == TDL_OK; i++)
+            if ((st = coord_request_cancel(r->co, now_of(r), serve_job_tag(cancel[i]))) == TDL_OK)
+                st = take_commands(r);
     serve_stats_t s;
     serve_queue_stats(r->q, &s);
     if (st == TDL_OK && r->coloc)
@@ -383,9 +505,10 @@ tdl_status_t coord_rank0_run(const coord_rank0_opts_t *o, int world, dit_model_t
             goto out;
     }
     printf("tidal serve: %s (%zu parameters, %d classes) from %s (%s weights), up to %dx%d, "
-           "queue of %d\n",
+           "%d images a pass in %.1f MiB of activations, queue of %d\n",
            c->name, m->num_params, c->num_classes, o->ckpt ? o->ckpt : "the training run",
-           o->weights, o->max_resolution, o->max_resolution, o->queue_max);
+           o->weights, o->max_resolution, o->max_resolution, m->max_batch,
+           (double)dit_model_activation_bytes(m) / 1048576.0, o->queue_max);
     if (http) {
         /* the address as bound: the port chosen when it said 0 */
         const char *listen = o->http.listen, *colon = strrchr(listen, ':');
@@ -545,6 +668,7 @@ out:
     }
     coord_colocate_close(r.coloc);
     coord_free(r.co);
+    free(r.tasks);
     if (r.log)
         fclose(r.log);
     if (r.elog)

@@ -157,6 +157,10 @@ static tdl_status_t event(const char *path, long ln, const char *line, coord_t *
         if (!get_u(line, "req", &u[0]) || !get_i(line, "ok", &v[0]))
             return bad(path, ln, "a finish missing a field");
         st = coord_task_finished(c, t, u[0], v[0] != 0, NULL, 0);
+    } else if (!strcmp(kind, "cancel")) {
+        if (!get_u(line, "req", &u[0]))
+            return bad(path, ln, "a cancel missing its request");
+        st = coord_request_cancel(c, t, u[0]);
     } else if (!strcmp(kind, "lost")) {
         if (!get_u(line, "req", &u[0]))
             return bad(path, ln, "a lost task missing its request");

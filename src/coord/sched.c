@@ -373,6 +373,33 @@ int coord_sched_drop_waiting(coord_sched_t *s, bool started_too, uint64_t *ids, 
     return n;
 }
 
+int coord_sched_state(const coord_sched_t *s, uint64_t id)
+{
+    int slot = slot_of(s, id);
+    return slot < 0 ? -1 : s->live[slot].running ? 1 : 0;
+}
+
+tdl_status_t coord_sched_cancel_waiting(coord_sched_t *s, uint64_t id, int *ranks, int *nranks)
+{
+    int slot = slot_of(s, id);
+    if (slot < 0 || s->live[slot].running)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "scheduler: request %llu does not wait",
+                               (unsigned long long)id);
+    *nranks = coord_sched_held(s, id, ranks);
+    retire(s, id);
+    return TDL_OK;
+}
+
+int coord_sched_held(const coord_sched_t *s, uint64_t id, int *ranks)
+{
+    int slot = slot_of(s, id), n = 0;
+    const coord_policy_request_t *r = slot >= 0 ? &s->live[slot] : NULL;
+    for (int i = 0; r && i < r->nranks && i < s->maxdeg; i++)
+        if (!s->lost[r->ranks[i]])
+            ranks[n++] = r->ranks[i];
+    return n;
+}
+
 bool coord_sched_available(const coord_sched_t *s, int r)
 {
     return r >= 0 && r < s->cfg.ranks && !s->offline[r];

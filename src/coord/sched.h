@@ -91,6 +91,13 @@ tdl_status_t coord_sched_kick(coord_sched_t *s, double now);
  * started_too every request with no task running (no placement fits the ranks left): writes up
  * to max of their ids and answers how many were dropped. */
 int coord_sched_drop_waiting(coord_sched_t *s, bool started_too, uint64_t *ids, int max);
+/* Request id: -1 not live (finished, or never), 0 waiting between tasks, 1 a task running. */
+int coord_sched_state(const coord_sched_t *s, uint64_t id);
+/* The ranks of request id's running task, or of its last one (which hold its state), none
+ * lost, into ranks[0 .. count) (the scheduler's max degree at most); 0 when not live. */
+int coord_sched_held(const coord_sched_t *s, uint64_t id, int *ranks);
+/* Takes waiting request id out (cancelled); ranks[0 .. *nranks): those that held its state. */
+tdl_status_t coord_sched_cancel_waiting(coord_sched_t *s, uint64_t id, int *ranks, int *nranks);
 bool coord_sched_available(const coord_sched_t *s, int r);
 /* Whether rank r runs a task or holds the state of a live request (its last task ran there). */
 bool coord_sched_rank_in_use(const coord_sched_t *s, int r);

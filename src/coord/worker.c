@@ -137,7 +137,7 @@ static void serve_weights_from(dit_model_t *serve, train_trainer_t *tr)
 static tdl_status_t reload(dit_model_t *serve, const char *path)
 {
     dit_model_t *m = NULL;
-    tdl_status_t st = train_weights_load(path, "ema", 1, 0, &m);
+    tdl_status_t st = train_weights_load_inference(path, "ema", 1, 0, NULL, &m);
     if (st == TDL_OK && m->num_params != serve->num_params)
         st = tdl_error_raise(TDL_ERR_MISMATCH, "%s: another model than the one served", path);
     if (st == TDL_OK)

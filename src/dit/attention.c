@@ -7,32 +7,65 @@
 
 #include "dit/dit_internal.h"
 
+/* rows x t scores -> probabilities, row by row */
+static void softmax_rows(float *p, int rows, int t)
+{
+    for (int i = 0; i < rows; i++) {
+        float *row = p + (size_t)i * t, mx = row[0], sum = 0;
+        for (int j = 1; j < t; j++)
+            mx = row[j] > mx ? row[j] : mx;
+        for (int j = 0; j < t; j++) {
+            row[j] = expf(row[j] - mx);
+            sum += row[j];
+        }
+        float inv = 1.0f / sum;
+        for (int j = 0; j < t; j++)
+            row[j] *= inv;
+    }
+}
+
+/* Query rows [i0, i0 + rows) of one sample and head: p[rows, t] = softmax(Q K^T / sqrt(hd)),
+ * then those rows of y = P V. */
+static void attention_rows(float *y, float *p, const float *base, int i0, int rows, int t, int d,
+                           int hd, int h, float scale)
+{
+    const float *q = base + (size_t)i0 * 3 * d + h * hd, *k = base + d + h * hd;
+    const float *v = base + 2 * d + h * hd;
+    tensor_gemm(false, true, rows, t, hd, scale, q, 3 * d, k, 3 * d, 0.0f, p, t);
+    softmax_rows(p, rows, t);
+    tensor_gemm(false, false, rows, hd, t, 1.0f, p, t, v, 3 * d, 0.0f,
+                y + (size_t)i0 * d + h * hd, d);
+}
+
+/* Both forwards run the same products, DIT_ATTN_TILE_ROWS query rows at a time: a BLAS may sum
+ * a row's elements in another order when the product has another number of rows (OpenBLAS's
+ * Haswell kernels do for the rows past the last multiple of 12, and for products of 1 to 3
+ * rows), so the two make the same calls and are equal byte for byte on any BLAS. The training
+ * one writes each tile's probabilities into att, for the backward pass. */
 void dit_attention_forward(float *y, float *att, const float *qkv, int b, int t, int d, int heads)
 {
     int hd = d / heads;
     float scale = 1.0f / sqrtf((float)hd);
-    for (int s = 0; s < b; s++) {
-        const float *base = qkv + (size_t)s * t * 3 * d;
+    for (int s = 0; s < b; s++)
         for (int h = 0; h < heads; h++) {
-            const float *q = base + h * hd, *k = base + d + h * hd, *v = base + 2 * d + h * hd;
             float *p = att + ((size_t)s * heads + h) * t * t;
-            tensor_gemm(false, true, t, t, hd, scale, q, 3 * d, k, 3 * d, 0.0f, p, t);
-            for (int i = 0; i < t; i++) {
-                float *row = p + (size_t)i * t, mx = row[0], sum = 0;
-                for (int j = 1; j < t; j++)
-                    mx = row[j] > mx ? row[j] : mx;
-                for (int j = 0; j < t; j++) {
-                    row[j] = expf(row[j] - mx);
-                    sum += row[j];
-                }
-                float inv = 1.0f / sum;
-                for (int j = 0; j < t; j++)
-                    row[j] *= inv;
-            }
-            tensor_gemm(false, false, t, hd, t, 1.0f, p, t, v, 3 * d, 0.0f,
-                        y + (size_t)s * t * d + h * hd, d);
+            for (int i0 = 0; i0 < t; i0 += DIT_ATTN_TILE_ROWS)
+                attention_rows(y + (size_t)s * t * d, p + (size_t)i0 * t,
+                               qkv + (size_t)s * t * 3 * d, i0,
+                               TDL_MIN(DIT_ATTN_TILE_ROWS, t - i0), t, d, hd, h, scale);
         }
-    }
+}
+
+void dit_attention_forward_tiled(float *y, float *scratch, const float *qkv, int b, int t, int d,
+                                 int heads)
+{
+    int hd = d / heads;
+    float scale = 1.0f / sqrtf((float)hd);
+    for (int s = 0; s < b; s++)
+        for (int h = 0; h < heads; h++)
+            for (int i0 = 0; i0 < t; i0 += DIT_ATTN_TILE_ROWS)
+                attention_rows(y + (size_t)s * t * d, scratch, qkv + (size_t)s * t * 3 * d, i0,
+                               TDL_MIN(DIT_ATTN_TILE_ROWS, t - i0), t, d, hd, h, scale);
 }
 
 /* dP = dY V^T; dS = P * (dP - rowsum(dP * P)); dQ = dS K / sqrt(hd); dK = dS^T Q / sqrt(hd);

@@ -68,6 +68,7 @@ typedef struct dit_view {
 } dit_view_t;
 
 typedef struct dit_acts dit_acts_t;
+typedef struct dit_infer_ws dit_infer_ws_t;
 struct dit_backend;
 
 typedef struct dit_model {
@@ -91,6 +92,11 @@ typedef struct dit_model {
     dit_view_t dp, dg;                /* views of dparams and dgrads */
     float *hstage, *hpos, *hfreq;     /* host staging for a device */
     bool params_stale;                /* params changed since the device's copy was made */
+    /* A model made for serving (dit_model_create_inference): grads is NULL, and on the CPU the
+     * forward runs in ws, one block's buffers shared by every block, attention a tile of query
+     * rows at a time; on a device the arena holds one block's activations, shared likewise. */
+    bool inference;
+    dit_infer_ws_t *ws;
 } dit_model_t;
 
 /* The backend named by `device`: "cpu", or "cuda" on GPU `gpu` (-1: the node-local rank's GPU,
@@ -110,6 +116,18 @@ tdl_status_t dit_model_create(const dit_config_t *config, int max_batch, int max
  * also when this fails. */
 tdl_status_t dit_model_create_on(const dit_config_t *config, int max_batch, int max_resolution,
                                  struct dit_backend *backend, dit_model_t **model_out);
+/* A model for serving only, sized for up to max_batch images of up to max_resolution pixels:
+ * no gradients and no backward pass (dit_model_backward refuses it); the forward keeps only what
+ * the next layer needs, so its memory does not grow with the depth nor with the heads, and only
+ * linearly with the tokens. Its outputs are those of dit_model_create's model, bit for bit.
+ * Nothing of the activations is touched before the first forward. The workspace serves one
+ * forward at a time (dit_model_forward or dit_sp_forward). */
+tdl_status_t dit_model_create_inference(const dit_config_t *config, int max_batch,
+                                        int max_resolution, struct dit_backend *backend,
+                                        dit_model_t **model_out);
+/* Bytes of activation memory the model holds: its arena, or an inference model's workspace
+ * (host or device memory, as the backend's). */
+size_t dit_model_activation_bytes(const dit_model_t *model);
 /* To be called after writing model->params (an optimizer step, a load): the next forward on a
  * device copies them there. */
 void dit_model_params_changed(dit_model_t *model);
@@ -141,8 +159,10 @@ typedef struct dit_sp_comm {
 tdl_status_t dit_sp_check(const dit_model_t *model, int h, int w, int size);
 /* The forward pass of dit_model_forward with the tokens split among comm's ranks (Ulysses: the
  * attention runs heads-sharded between two all-to-alls); every rank passes the same x, t, y and
- * gets the whole out. comm NULL: one rank. Reads only the weights: any number of calls may
- * share a model. */
+ * gets the whole out. comm NULL: one rank. Attention runs a tile of query rows at a time, and
+ * one block's buffers serve every block. On an inference model, up to max_batch images run in
+ * the model's workspace (one call at a time); more images, or another model, get buffers of
+ * the call's own (reading only the weights: any number of such calls may share a model). */
 tdl_status_t dit_sp_forward(const dit_model_t *model, const dit_sp_comm_t *comm, const float *x,
                             const float *t, const int *y, int b, int h, int w, float *out);
 
@@ -175,6 +195,20 @@ tdl_status_t dit_sampler_step(dit_model_t *model, float *x, const int *labels, i
                               float cfg_scale);
 /* Fills x[n, C, H, W] with the noise of the given seed (stream = first_index + i). */
 void dit_sampler_noise(float *x, int n, size_t per_image, uint64_t seed, uint64_t first_index);
+/* One trajectory of a batched step: its images x[n, C, H, W] (stepped in place) from t_from to
+ * t_to, their labels, its guidance. */
+typedef struct dit_sample_item {
+    float *x;
+    const int *labels;
+    int n;
+    float t_from, t_to;
+    float cfg_scale;
+} dit_sample_item_t;
+/* One step of each item, their rows sharing the model's passes (max_batch rows a pass): every
+ * item comes out as dit_sampler_step would step it alone, byte for byte. One sampler kind and
+ * one resolution for all. */
+tdl_status_t dit_sampler_step_batch(dit_model_t *model, dit_sample_item_t *items, int nitems,
+                                    int height, int width, dit_sampler_kind_t kind);
 /* Noise, then opts->steps steps: out[n, C, H, W] in the data range. Deterministic per seed. */
 tdl_status_t dit_sample(dit_model_t *model, const int *labels, int n, int height, int width,
                         const dit_sample_opts_t *opts, float *out);

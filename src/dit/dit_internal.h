@@ -37,6 +37,13 @@ void dit_gelu_backward(float *din, const float *dout, const float *in, size_t n)
  * y[B,T,D], keeping softmax probabilities att[B,H,T,T]. */
 void dit_attention_forward(float *y, float *att, const float *qkv, int b, int t, int d,
                            int heads);
+/* The same y without keeping att: per sample and head, DIT_ATTN_TILE_ROWS query rows at a time
+ * into scratch[DIT_ATTN_TILE_ROWS, T]. Both forwards make the same BLAS calls (attention.c), so
+ * they agree byte for byte. 96 rows: a multiple of every BLAS kernel's row unrolling we know of
+ * (4, 6, 8, 12, 16, 24, 48), so that on those the tiles sum as one whole product would. */
+#define DIT_ATTN_TILE_ROWS 96
+void dit_attention_forward_tiled(float *y, float *scratch, const float *qkv, int b, int t, int d,
+                                 int heads);
 /* dqkv[B,T,3D] += from dy[B,T,D]; scratch holds T*T floats */
 void dit_attention_backward(float *dqkv, const float *dy, const float *qkv, const float *att,
                             float *scratch, int b, int t, int d, int heads);
@@ -50,5 +57,14 @@ void dit_unpatchify_backward(float *dtokens, const float *dout, int b, int c, in
 void dit_pos_embed(float *pos, int grid_h, int grid_w, int d);
 /* freq[B,256] = [cos(t*1000*f), sin(t*1000*f)] */
 void dit_timestep_embedding(float *freq, const float *t, int b);
+
+/* The inference workspace of sp.c: sized for max_batch images of max_tokens tokens on any
+ * sequence-parallel degree up to DIT_SP_MAX_RANKS; its memory is not touched until a forward
+ * uses it. */
+#define DIT_SP_MAX_RANKS 8
+tdl_status_t dit_infer_ws_create(const dit_model_t *m, int max_batch, int max_tokens,
+                                 dit_infer_ws_t **ws_out);
+void dit_infer_ws_free(dit_infer_ws_t *ws);
+size_t dit_infer_ws_bytes(const dit_infer_ws_t *ws);
 
 #endif /* TIDAL_DIT_INTERNAL_H */

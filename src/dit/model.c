@@ -90,7 +90,8 @@ const dit_param_info_t *dit_model_param(const dit_model_t *m, const char *name)
 
 void dit_model_zero_grad(dit_model_t *m)
 {
-    memset(m->grads, 0, m->num_params * sizeof(float));
+    if (m->grads) /* an inference model has none */
+        memset(m->grads, 0, m->num_params * sizeof(float));
 }
 
 /* ---- activations --------------------------------------------------------------------------- */
@@ -132,7 +133,9 @@ static float *take(acts_alloc_t *a, size_t n)
     return p;
 }
 
-/* Lays out every activation for batch b and t tokens; with a NULL arena, just counts floats. */
+/* Lays out every activation for batch b and t tokens; with a NULL arena, just counts floats. An
+ * inference model (on a device: on the CPU it runs sp.c's forward) gets only the forward's, and
+ * one block's for all blocks: block l reads block l - 1's `out` only before it writes its own. */
 static void acts_plan(const dit_model_t *m, dit_acts_t *s, acts_alloc_t *a, int b, int t)
 {
     const dit_config_t *c = &m->config;
@@ -146,6 +149,10 @@ static void acts_plan(const dit_model_t *m, dit_acts_t *s, acts_alloc_t *a, int 
     s->c = take(a, b * d), s->c_silu = take(a, b * d);
     for (int l = 0; l < c->depth; l++) {
         block_acts_t *k = &s->blocks[l];
+        if (m->inference && l > 0) {
+            *k = s->blocks[0];
+            continue;
+        }
         k->mod = take(a, b * 6 * d);
         k->ln1 = take(a, bt * d), k->ln1_mean = take(a, bt), k->ln1_rstd = take(a, bt);
         k->m1 = take(a, bt * d), k->qkv = take(a, bt * 3 * d);
@@ -158,6 +165,12 @@ static void acts_plan(const dit_model_t *m, dit_acts_t *s, acts_alloc_t *a, int 
     s->modf = take(a, b * 2 * d);
     s->lnf = take(a, bt * d), s->lnf_mean = take(a, bt), s->lnf_rstd = take(a, bt);
     s->mf = take(a, bt * d), s->tok = take(a, bt * pd);
+    if (!m->be->host_memory) {
+        s->x_dev = take(a, bt * pd), s->out_dev = take(a, bt * pd);
+        s->y_dev = (int *)take(a, (size_t)b); /* an int is a float's size */
+    }
+    if (m->inference)
+        return;
     s->dtok = take(a, bt * pd), s->dmf = take(a, bt * d), s->dlnf = take(a, bt * d);
     s->dx = take(a, bt * d), s->dx_in = take(a, bt * d), s->dmodf = take(a, b * 2 * d);
     s->dc_silu = take(a, b * d), s->dc = take(a, b * d), s->dt_act = take(a, b * d);
@@ -167,10 +180,8 @@ static void acts_plan(const dit_model_t *m, dit_acts_t *s, acts_alloc_t *a, int 
     s->dattn = take(a, bt * d), s->datty = take(a, bt * d), s->dqkv = take(a, bt * 3 * d);
     s->dm1 = take(a, bt * d), s->dln1 = take(a, bt * d), s->dmod = take(a, b * 6 * d);
     s->att_scratch = take(a, m->be->attention_scratch(b, t, c->num_heads));
-    if (!m->be->host_memory) {
-        s->x_dev = take(a, bt * pd), s->out_dev = take(a, bt * pd), s->dout_dev = take(a, bt * pd);
-        s->y_dev = (int *)take(a, (size_t)b); /* an int is a float's size */
-    }
+    if (!m->be->host_memory)
+        s->dout_dev = take(a, bt * pd);
 }
 
 tdl_status_t dit_model_create(const dit_config_t *config, int max_batch, int max_resolution,
@@ -179,21 +190,26 @@ tdl_status_t dit_model_create(const dit_config_t *config, int max_batch, int max
     return dit_model_create_on(config, max_batch, max_resolution, NULL, model_out);
 }
 
-/* The device's copies of params and grads, its activation arena and the host staging. */
+/* The device's copies of params and grads, its activation arena and the host staging. On the
+ * CPU an inference model has no arena: its workspace (sp.c) is made apart. */
 static tdl_status_t model_device_init(dit_model_t *m, size_t arena_floats)
 {
     dit_backend_t *be = m->be;
     if (be->host_memory) {
         m->dparams = m->params, m->dgrads = m->grads;
         m->dp = m->p, m->dg = m->g;
-        return tensor_arena_init(&m->arena, arena_floats);
+        return m->inference ? TDL_OK : tensor_arena_init(&m->arena, arena_floats);
     }
     const dit_config_t *c = &m->config;
     size_t pos = (size_t)m->max_tokens * c->hidden_size;
-    size_t stage = TDL_MAX(m->num_params, pos + (size_t)m->max_batch * DIT_FREQ_DIM);
+    size_t stage = pos + (size_t)m->max_batch * DIT_FREQ_DIM; /* and the gradient's download */
+    if (!m->inference)
+        stage = TDL_MAX(m->num_params, stage);
     m->dparams = be->alloc(be->ctx, m->num_params);
-    m->dgrads = m->dparams ? be->alloc(be->ctx, m->num_params) : NULL;
-    m->arena.base = m->dgrads ? be->alloc(be->ctx, arena_floats) : NULL;
+    if (m->dparams && !m->inference)
+        m->dgrads = be->alloc(be->ctx, m->num_params);
+    m->arena.base = m->dparams && (m->dgrads || m->inference) ? be->alloc(be->ctx, arena_floats)
+                                                              : NULL;
     m->hstage = tensor_alloc(stage);
     if (!m->arena.base)
         return TDL_ERR_NOMEM; /* the backend said what failed */
@@ -203,13 +219,14 @@ static tdl_status_t model_device_init(dit_model_t *m, size_t arena_floats)
     m->arena.capacity = arena_floats, m->arena.used = 0;
     m->hpos = m->hstage, m->hfreq = m->hstage + pos;
     view_bind(m, &m->dp, m->dparams);
-    view_bind(m, &m->dg, m->dgrads);
+    if (m->dgrads)
+        view_bind(m, &m->dg, m->dgrads);
     m->params_stale = true;
     return TDL_OK;
 }
 
-tdl_status_t dit_model_create_on(const dit_config_t *config, int max_batch, int max_resolution,
-                                 dit_backend_t *be, dit_model_t **model_out)
+static tdl_status_t model_create(const dit_config_t *config, int max_batch, int max_resolution,
+                                 dit_backend_t *be, bool inference, dit_model_t **model_out)
 {
     tdl_status_t st = dit_config_check(config);
     if (st != TDL_OK) {
@@ -228,6 +245,7 @@ tdl_status_t dit_model_create_on(const dit_config_t *config, int max_batch, int 
         return tdl_error_raise(TDL_ERR_NOMEM, "DiT: out of memory");
     }
     m->be = be ? be : (dit_backend_t *)dit_backend_cpu();
+    m->inference = inference;
     m->config = *config;
     m->max_batch = max_batch;
     int g = max_resolution / config->patch_size;
@@ -248,15 +266,19 @@ tdl_status_t dit_model_create_on(const dit_config_t *config, int max_batch, int 
         goto err_nomem;
     params_layout(m);
     m->params = tensor_alloc(m->num_params);
-    m->grads = tensor_alloc(m->num_params);
+    if (!inference)
+        m->grads = tensor_alloc(m->num_params);
     m->acts->y = calloc((size_t)max_batch, sizeof(int));
-    if (!m->params || !m->grads || !m->acts->y)
+    if (!m->params || (!inference && !m->grads) || !m->acts->y)
         goto err_nomem;
     view_bind(m, &m->p, m->params);
-    view_bind(m, &m->g, m->grads);
+    if (m->grads)
+        view_bind(m, &m->g, m->grads);
     acts_alloc_t count = {.arena = NULL};
     acts_plan(m, m->acts, &count, max_batch, m->max_tokens);
-    if ((st = model_device_init(m, count.count + 64)) != TDL_OK) {
+    if ((st = model_device_init(m, count.count + 64)) != TDL_OK ||
+        (inference && m->be->host_memory &&
+         (st = dit_infer_ws_create(m, max_batch, m->max_tokens, &m->ws)) != TDL_OK)) {
         dit_model_free(m);
         return st;
     }
@@ -267,13 +289,33 @@ err_nomem:
     return tdl_error_raise(TDL_ERR_NOMEM, "DiT %s: out of memory", config->name);
 }
 
+tdl_status_t dit_model_create_on(const dit_config_t *config, int max_batch, int max_resolution,
+                                 dit_backend_t *be, dit_model_t **model_out)
+{
+    return model_create(config, max_batch, max_resolution, be, false, model_out);
+}
+
+tdl_status_t dit_model_create_inference(const dit_config_t *config, int max_batch,
+                                        int max_resolution, dit_backend_t *be,
+                                        dit_model_t **model_out)
+{
+    return model_create(config, max_batch, max_resolution, be, true, model_out);
+}
+
+size_t dit_model_activation_bytes(const dit_model_t *m)
+{
+    return m->ws ? dit_infer_ws_bytes(m->ws) : m->arena.capacity * sizeof(float);
+}
+
 void dit_model_free(dit_model_t *m)
 {
     if (!m)
         return;
+    dit_infer_ws_free(m->ws);
     if (m->be && !m->be->host_memory) {
         m->be->release(m->be->ctx, m->arena.base);
-        m->be->release(m->be->ctx, m->dgrads);
+        if (m->dgrads)
+            m->be->release(m->be->ctx, m->dgrads);
         m->be->release(m->be->ctx, m->dparams);
         free(m->hstage);
         free(m->dp.blocks);
@@ -357,6 +399,8 @@ tdl_status_t dit_model_forward(dit_model_t *m, const float *x, const float *t, c
             return tdl_error_raise(TDL_ERR_INVALID_ARG,
                                    "DiT forward: label %d of sample %d is outside [0, %d]", y[s],
                                    s, c->num_classes);
+    if (m->ws) /* an inference model on the CPU: the same arithmetic, in its workspace */
+        return dit_sp_forward(m, NULL, x, t, y, b, h, w, out);
     int gh = h / p, gw = w / p, t_ = gh * gw, bt = b * t_;
     dit_acts_t *a = m->acts;
     dit_backend_t *be = m->be;
@@ -439,6 +483,9 @@ tdl_status_t dit_model_backward(dit_model_t *m, const float *dout)
 {
     const dit_config_t *c = &m->config;
     int b = m->batch;
+    if (m->inference)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                               "DiT backward: a model made for inference has no backward pass");
     if (b < 1)
         return tdl_error_raise(TDL_ERR_INVALID_ARG, "DiT backward: no forward pass to go back on");
     int p = c->patch_size, d = c->hidden_size, mh = dit_config_mlp_hidden(c);

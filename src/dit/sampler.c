@@ -125,3 +125,136 @@ tdl_status_t dit_sample(dit_model_t *m, const int *labels, int n, int h, int w,
     }
     return TDL_OK;
 }
+
+/* ---- steps of several trajectories at once ---------------------------------------------------
+ * Rows of every item (its images, and their unconditional twins when guided) go through the
+ * model together, max_batch rows a pass; each row's t is its item's. A row's velocity does not
+ * depend on the rows beside it (tests/unit/test_dit_batch checks it byte for byte), so an item
+ * steps exactly as dit_sampler_step steps it alone. */
+
+typedef struct batch_row {
+    int item, image; /* image of the item */
+    bool uncond;     /* the unconditional twin of a guided image */
+} batch_row_t;
+
+/* v of every item (v[i] for item i, [n, C, H, W]) at x[i] (xs: the items' states) and t[i]. */
+static tdl_status_t batch_velocity(dit_model_t *m, const dit_sample_item_t *items, int nitems,
+                                   float *const *xs, const float *t, int h, int w, float *const *v,
+                                   const batch_row_t *rows, int nrows, float *xin, float *vout,
+                                   float *tt, int *yy)
+{
+    size_t per = (size_t)m->config.in_channels * h * w;
+    int null = m->config.num_classes;
+    for (int first = 0; first < nrows; first += m->max_batch) {
+        int k = TDL_MIN(m->max_batch, nrows - first);
+        for (int r = 0; r < k; r++) {
+            const batch_row_t *q = &rows[first + r];
+            const dit_sample_item_t *it = &items[q->item];
+            int y = it->labels ? it->labels[q->image] : null;
+            yy[r] = q->uncond || y < 0 || y > null ? null : y;
+            tt[r] = t[q->item];
+            memcpy(xin + (size_t)r * per, xs[q->item] + (size_t)q->image * per,
+                   per * sizeof(float));
+        }
+        tdl_status_t st = dit_model_forward(m, xin, tt, yy, k, h, w, vout);
+        if (st != TDL_OK)
+            return st;
+        /* a guided image's v waits for its twin: the conditional row leaves its output in v,
+         * the unconditional one combines them as dit_sampler_step does */
+        for (int r = 0; r < k; r++) {
+            const batch_row_t *q = &rows[first + r];
+            float *dst = v[q->item] + (size_t)q->image * per;
+            const float *o = vout + (size_t)r * per;
+            float cfg = items[q->item].cfg_scale;
+            if (cfg == 1.0f || !q->uncond) {
+                memcpy(dst, o, per * sizeof(float));
+            } else {
+                for (size_t i = 0; i < per; i++)
+                    dst[i] = o[i] + cfg * (dst[i] - o[i]);
+            }
+        }
+    }
+    return TDL_OK;
+}
+
+tdl_status_t dit_sampler_step_batch(dit_model_t *m, dit_sample_item_t *items, int nitems, int h,
+                                    int w, dit_sampler_kind_t kind)
+{
+    size_t per = (size_t)m->config.in_channels * h * w;
+    int nrows = 0;
+    for (int i = 0; i < nitems; i++) {
+        if (items[i].n < 1 || !items[i].x)
+            return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                                   "a batched step: item %d has %d images", i, items[i].n);
+        nrows += items[i].cfg_scale != 1.0f ? 2 * items[i].n : items[i].n;
+    }
+    tdl_status_t st = TDL_OK;
+    size_t cap = (size_t)m->max_batch * per;
+    batch_row_t *rows = calloc((size_t)TDL_MAX(nrows, 1), sizeof(*rows));
+    float *xin = malloc(cap * sizeof(float)), *vout = malloc(cap * sizeof(float));
+    float *tt = malloc((size_t)m->max_batch * sizeof(float));
+    int *yy = malloc((size_t)m->max_batch * sizeof(int));
+    float **xs = calloc((size_t)nitems, sizeof(float *)), **v1 = calloc((size_t)nitems, sizeof(float *));
+    float **v2 = calloc((size_t)nitems, sizeof(float *)), **xe = calloc((size_t)nitems, sizeof(float *));
+    float *t = calloc((size_t)TDL_MAX(nitems, 1), sizeof(float));
+    bool ok = rows && xin && vout && tt && yy && xs && v1 && v2 && xe && t;
+    for (int i = 0; ok && i < nitems; i++) {
+        size_t n = (size_t)items[i].n * per;
+        v1[i] = malloc(n * sizeof(float));
+        ok = v1[i] != NULL;
+        if (ok && kind == DIT_SAMPLER_HEUN) {
+            v2[i] = malloc(n * sizeof(float));
+            xe[i] = malloc(n * sizeof(float));
+            ok = v2[i] && xe[i];
+        }
+    }
+    if (!ok) {
+        st = tdl_error_raise(TDL_ERR_NOMEM, "sampler: out of memory for a batch of %d rows", nrows);
+        goto out;
+    }
+    /* an item's conditional rows, then their twins: a twin comes after the row it completes */
+    int r = 0;
+    for (int i = 0; i < nitems; i++) {
+        for (int j = 0; j < items[i].n; j++)
+            rows[r++] = (batch_row_t){.item = i, .image = j};
+        for (int j = 0; items[i].cfg_scale != 1.0f && j < items[i].n; j++)
+            rows[r++] = (batch_row_t){.item = i, .image = j, .uncond = true};
+    }
+    for (int i = 0; i < nitems; i++)
+        xs[i] = items[i].x, t[i] = items[i].t_from;
+    if ((st = batch_velocity(m, items, nitems, xs, t, h, w, v1, rows, nrows, xin, vout, tt, yy)))
+        goto out;
+    if (kind == DIT_SAMPLER_EULER) {
+        for (int i = 0; i < nitems; i++) {
+            float dt = items[i].t_to - items[i].t_from, *x = items[i].x;
+            for (size_t e = 0; e < (size_t)items[i].n * per; e++)
+                x[e] += dt * v1[i][e];
+        }
+        goto out;
+    }
+    for (int i = 0; i < nitems; i++) { /* Heun: the slope at the end of an Euler step too */
+        float dt = items[i].t_to - items[i].t_from;
+        for (size_t e = 0; e < (size_t)items[i].n * per; e++)
+            xe[i][e] = items[i].x[e] + dt * v1[i][e];
+        xs[i] = xe[i], t[i] = items[i].t_to;
+    }
+    if ((st = batch_velocity(m, items, nitems, xs, t, h, w, v2, rows, nrows, xin, vout, tt, yy)))
+        goto out;
+    for (int i = 0; i < nitems; i++) {
+        float dt = items[i].t_to - items[i].t_from, *x = items[i].x;
+        for (size_t e = 0; e < (size_t)items[i].n * per; e++)
+            x[e] += 0.5f * dt * (v1[i][e] + v2[i][e]);
+    }
+out:
+    for (int i = 0; xs && i < nitems; i++) {
+        if (v1)
+            free(v1[i]);
+        if (v2)
+            free(v2[i]);
+        if (xe)
+            free(xe[i]);
+    }
+    free(t), free(xe), free(v2), free(v1), free(xs), free(yy), free(tt), free(vout), free(xin);
+    free(rows);
+    return st;
+}

@@ -230,6 +230,17 @@ static tdl_status_t next_cmd(serve_worker_t *w, bool *got)
     if ((st = serve_wire_cmd_decode(w->buf, len, &w->cmd)) != TDL_OK)
         return tdl_error_raise(st, "executor %d: command %llu from rank 0 refused: %s", w->me,
                                (unsigned long long)seq, tdl_error_get());
+    if (w->cmd.op == SERVE_OP_DROP) { /* a cancelled request's state: the executor's own */
+        uint64_t id = 0;
+        if ((st = serve_wire_drop_decode(&w->cmd.msg, &id)) != TDL_OK)
+            return tdl_error_raise(st, "executor %d: command %llu from rank 0 refused: %s",
+                                   w->me, (unsigned long long)seq, tdl_error_get());
+        held_t *h = held_find(w, id);
+        TDL_DEBUG("executor %d: request %llu cancelled: %s", w->me, (unsigned long long)id,
+                  h ? "its state dropped" : "it held none");
+        held_drop(h);
+        *got = false;
+    }
     return TDL_OK;
 }
 

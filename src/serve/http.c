@@ -1,11 +1,13 @@
 /* The HTTP/1.1 front door of `tidal serve` (libmicrohttpd, one thread per connection) with
  * JSON through jansson: POST /v1/images, GET /v1/images/{id}, GET /metrics, GET /healthz.
  * Bodies go through the request validator (request.c). Every error answer is
- * {"error": "...", "field": "..."} naming the field at fault; doc/serving.md. */
+ * {"error": "...", "field": "..."} naming the field at fault, but on POST /v1/images/generations,
+ * OpenAI's images API, whose requests and answers openai.c translates; doc/serving.md. */
 #include "config.h"
 
 #include <errno.h>
 #include <netdb.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,10 +47,19 @@ struct serve_http {
     char *listen;
     int port;
     int inflight; /* atomic: requests begun and not completed */
+    int stopping; /* atomic: serve_http_stop has begun (event streams end) */
     uint64_t responses[HTTP_NCODES];
 };
 
-typedef enum { ROUTE_NONE, ROUTE_IMAGES, ROUTE_IMAGE, ROUTE_METRICS, ROUTE_HEALTHZ } route_t;
+typedef enum {
+    ROUTE_NONE,
+    ROUTE_IMAGES,
+    ROUTE_IMAGE,
+    ROUTE_EVENTS, /* /v1/images/ID/events */
+    ROUTE_OPENAI, /* /v1/images/generations, OpenAI's images API (openai.c) */
+    ROUTE_METRICS,
+    ROUTE_HEALTHZ
+} route_t;
 
 /* One request on a connection: what the body has brought so far. */
 typedef struct http_conn {
@@ -140,6 +151,16 @@ static http_result_t reply_error(serve_http_t *h, struct MHD_Connection *c, unsi
     return reply(h, c, code, response_error(field, NULL, "%s", msg), method, url);
 }
 
+/* An error in the format of the route: OpenAI's error object on its own (openai.c), where the
+ * errors answered before the body (method, token, length) name no field of a request. */
+static struct MHD_Response *route_error(route_t route, unsigned code, const char *field,
+                                        const char *msg)
+{
+    if (route == ROUTE_OPENAI)
+        return response_json(serve_openai_error(code, NULL, msg));
+    return response_error(field, NULL, "%s", msg);
+}
+
 static route_t route_of(const char *url, char id_out[SERVE_ID_MAX + 1])
 {
     static const char prefix[] = "/v1/images/";
@@ -149,12 +170,19 @@ static route_t route_of(const char *url, char id_out[SERVE_ID_MAX + 1])
         return ROUTE_METRICS;
     if (strcmp(url, "/healthz") == 0)
         return ROUTE_HEALTHZ;
+    if (strcmp(url, "/v1/images/" SERVE_OPENAI_PATH_ID) == 0) /* before the ids */
+        return ROUTE_OPENAI;
     if (strncmp(url, prefix, sizeof(prefix) - 1) == 0) {
+        static const char events[] = "/events";
         const char *id = url + sizeof(prefix) - 1;
-        size_t len = strlen(id);
+        size_t len = strlen(id), ne = sizeof(events) - 1;
+        bool ev = len > ne && strcmp(id + len - ne, events) == 0;
+        if (ev)
+            len -= ne;
         if (serve_id_valid(id, len)) {
-            memcpy(id_out, id, len + 1);
-            return ROUTE_IMAGE;
+            memcpy(id_out, id, len);
+            id_out[len] = '\0';
+            return ev ? ROUTE_EVENTS : ROUTE_IMAGE;
         }
     }
     return ROUTE_NONE;
@@ -167,14 +195,21 @@ static bool method_is(const char *method, const char *name)
 
 static const char *route_allow(route_t route)
 {
-    return route == ROUTE_IMAGES ? "POST" : "GET, HEAD";
+    return route == ROUTE_IMAGES   ? "POST"
+           : route == ROUTE_IMAGE  ? "GET, HEAD, DELETE"
+           : route == ROUTE_EVENTS ? "GET"
+           : route == ROUTE_OPENAI ? "POST"
+                                   : "GET, HEAD";
 }
 
 static bool route_allows(route_t route, const char *method)
 {
-    if (route == ROUTE_IMAGES)
+    if (route == ROUTE_IMAGES || route == ROUTE_OPENAI)
         return method_is(method, "POST");
-    return method_is(method, "GET") || method_is(method, "HEAD");
+    if (route == ROUTE_EVENTS)
+        return method_is(method, "GET");
+    return method_is(method, "GET") || method_is(method, "HEAD") ||
+           (route == ROUTE_IMAGE && method_is(method, "DELETE"));
 }
 
 /* Compares in time independent of where the strings differ. */
@@ -249,7 +284,10 @@ static int retry_after_s(serve_http_t *h)
 {
     serve_stats_t s;
     serve_queue_stats(h->queue, &s);
-    double mean = s.run.count ? s.run.sum / (double)s.run.count : 1.0;
+    double sum = 0, count = 0;
+    for (int i = 0; i < SERVE_NRES; i++)
+        sum += s.run[i].sum, count += (double)s.run[i].count;
+    double mean = count > 0 ? sum / count : 1.0;
     int servers = TDL_MAX(1, s.ranks[SERVE_ROLE_SERVING]);
     double wait = mean * (double)s.queued / servers;
     return (int)TDL_MIN(60.0, TDL_MAX(1.0, wait + 0.999));
@@ -300,7 +338,56 @@ static json_t *info_json(const serve_request_info_t *in)
     }
     if (in->state == SERVE_STATE_FAILED)
         json_object_set_new(o, "error", json_string(in->error));
+    if (in->state == SERVE_STATE_CANCELLED)
+        json_object_set_new(o, "reason", json_string(in->error));
+    if (in->state == SERVE_STATE_RUNNING && in->cancel_asked)
+        json_object_set_new(o, "cancel_requested", json_true());
     return o;
+}
+
+/* Whether the client of connection c has gone: its socket reads end of file or hung up. */
+static bool client_gone(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci)
+        return false;
+    struct pollfd p = {.fd = ci->connect_fd, .events = POLLIN | POLLRDHUP};
+    if (poll(&p, 1, 0) <= 0)
+        return false;
+    if (p.revents & (POLLHUP | POLLERR | POLLRDHUP))
+        return true;
+    char b;
+    return (p.revents & POLLIN) && recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+/* serve_queue_get waiting up to --wait-timeout; with --cancel-on-disconnect, in slices, and a
+ * request whose client went away is cancelled (*gone). */
+static tdl_status_t wait_result(serve_http_t *h, struct MHD_Connection *c, const char *id,
+                                bool png, serve_request_info_t *info, unsigned char **bytes,
+                                bool *gone)
+{
+    *gone = false;
+    if (!h->o.cancel_on_disconnect)
+        return serve_queue_get(h->queue, id, h->o.wait_timeout_ms, info, png ? bytes : NULL);
+    double until = tdl_clock_s() + h->o.wait_timeout_ms / 1e3;
+    for (;;) {
+        int left = (int)((until - tdl_clock_s()) * 1e3);
+        tdl_status_t st =
+            serve_queue_get(h->queue, id, TDL_MAX(1, TDL_MIN(200, left)), info, png ? bytes : NULL);
+        if (st != TDL_OK || info->state >= SERVE_STATE_DONE || left <= 200)
+            return st;
+        if (png && *bytes) {
+            free(*bytes);
+            *bytes = NULL;
+        }
+        if (client_gone(c)) {
+            *gone = true;
+            if (serve_queue_cancel(h->queue, id, info) == TDL_OK)
+                TDL_INFO("request %s: its client went away: cancelled", id);
+            return TDL_OK;
+        }
+    }
 }
 
 /* The answer for a request's state: the PNG when done and asked for, JSON otherwise. */
@@ -309,8 +396,11 @@ static http_result_t reply_result(serve_http_t *h, struct MHD_Connection *c, con
 {
     serve_request_info_t info;
     unsigned char *bytes = NULL;
-    tdl_status_t st =
-        serve_queue_get(h->queue, id, wait ? h->o.wait_timeout_ms : 0, &info, png ? &bytes : NULL);
+    bool gone = false;
+    tdl_status_t st = wait ? wait_result(h, c, id, png, &info, &bytes, &gone)
+                           : serve_queue_get(h->queue, id, 0, &info, png ? &bytes : NULL);
+    if (gone)
+        return MHD_NO; /* no one to answer */
     if (st == TDL_ERR_NOT_FOUND)
         return reply(h, c, 404,
                      response_error("id", id, "no request '%s' (or it finished long ago)", id),
@@ -321,7 +411,10 @@ static http_result_t reply_result(serve_http_t *h, struct MHD_Connection *c, con
         return reply(h, c, info.canceled ? 503 : 500,
                      response_error(info.canceled ? "queue" : "request", id, "%s", info.error),
                      method, url);
-    if (wait && info.state != SERVE_STATE_DONE && info.state != SERVE_STATE_FAILED)
+    if (info.state == SERVE_STATE_CANCELLED && png)
+        return reply(h, c, 409, response_error("id", id, "request '%s' was %s", id, info.error),
+                     method, url);
+    if (wait && info.state < SERVE_STATE_DONE)
         return reply(h, c, 504,
                      response_error("wait", id,
                                     "not done after %.0f s; the request goes on: poll "
@@ -341,6 +434,92 @@ static http_result_t reply_result(serve_http_t *h, struct MHD_Connection *c, con
     }
     /* JSON: 200 for a status asked for; 202 for an image asked for and not ready */
     return reply(h, c, png ? 202 : 200, response_json(info_json(&info)), method, url);
+}
+
+/* DELETE /v1/images/ID: 200 and the status once cancelled (it was queued); 202 while a running
+ * one goes on to its next task boundary; 404 unknown; 409 finished already. */
+static http_result_t handle_delete(serve_http_t *h, struct MHD_Connection *c, const char *method,
+                                   const char *url, const char *id)
+{
+    serve_request_info_t info;
+    tdl_status_t st = serve_queue_cancel(h->queue, id, &info);
+    if (st == TDL_ERR_NOT_FOUND)
+        return reply(h, c, 404,
+                     response_error("id", id, "no request '%s' (or it finished long ago)", id),
+                     method, url);
+    if (st == TDL_ERR_MISMATCH)
+        return reply(h, c, 409, response_error("id", id, "%s", tdl_error_get()), method, url);
+    if (st != TDL_OK)
+        return reply(h, c, 500, response_error("request", id, "%s", tdl_error_get()), method, url);
+    TDL_INFO("request %s: cancel asked (%s)", id, serve_state_name(info.state));
+    return reply(h, c, info.state == SERVE_STATE_CANCELLED ? 200 : 202,
+                 response_json(info_json(&info)), method, url);
+}
+
+/* GET /v1/images/ID/events: the request's events as Server-Sent Events, until it ends. */
+typedef struct sse {
+    serve_http_t *h;
+    char id[SERVE_ID_MAX + 1];
+    int next;
+    bool ended;
+    char *text; /* taken from the queue, not yet all given */
+    size_t len, off;
+} sse_t;
+
+static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    sse_t *e = cls;
+    double quiet_since = tdl_clock_s();
+    while (e->off == e->len) {
+        free(e->text);
+        e->text = NULL, e->len = e->off = 0;
+        if (e->ended || __atomic_load_n(&e->h->stopping, __ATOMIC_ACQUIRE))
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        if (serve_queue_events(e->h->queue, e->id, e->next, 1000, &e->text, &e->next,
+                               &e->ended) != TDL_OK)
+            return MHD_CONTENT_READER_END_OF_STREAM; /* forgotten meanwhile */
+        e->len = strlen(e->text);
+        if (!e->len && tdl_clock_s() - quiet_since >= 15) { /* a comment keeps proxies open */
+            free(e->text);
+            e->text = strdup(": waiting\n\n");
+            e->len = e->text ? strlen(e->text) : 0;
+        }
+    }
+    size_t n = TDL_MIN(max, e->len - e->off);
+    memcpy(buf, e->text + e->off, n);
+    e->off += n;
+    return (ssize_t)n;
+}
+
+static void sse_free(void *cls)
+{
+    sse_t *e = cls;
+    free(e->text);
+    free(e);
+}
+
+static http_result_t handle_events(serve_http_t *h, struct MHD_Connection *c, const char *method,
+                                   const char *url, const char *id)
+{
+    serve_request_info_t info;
+    if (serve_queue_get(h->queue, id, 0, &info, NULL) != TDL_OK)
+        return reply(h, c, 404,
+                     response_error("id", id, "no request '%s' (or it finished long ago)", id),
+                     method, url);
+    sse_t *e = tdl_calloc(1, sizeof(*e));
+    if (!e)
+        return reply_error(h, c, 500, method, url, "events", "out of memory");
+    e->h = h;
+    snprintf(e->id, sizeof(e->id), "%s", id);
+    struct MHD_Response *r =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_read, e, sse_free);
+    if (!r) {
+        free(e);
+        return reply_error(h, c, 500, method, url, "events", "out of memory");
+    }
+    MHD_add_response_header(r, "Content-Type", "text/event-stream");
+    MHD_add_response_header(r, "X-Accel-Buffering", "no");
+    return reply(h, c, 200, r, method, url);
 }
 
 static http_result_t handle_post(serve_http_t *h, struct MHD_Connection *c, const char *method,
@@ -387,6 +566,38 @@ static http_result_t handle_post(serve_http_t *h, struct MHD_Connection *c, cons
     return reply(h, c, 202, r, method, url);
 }
 
+/* POST /v1/images/generations: openai.c translates the request and the answer; it is submitted
+ * and waited for as POST /v1/images?wait=1 is. */
+static http_result_t handle_openai(serve_http_t *h, struct MHD_Connection *c, const char *method,
+                                   const char *url, http_conn_t *hc)
+{
+    unsigned code = 500;
+    serve_request_params_t p;
+    char id[SERVE_ID_MAX + 1];
+    json_t *answer = serve_openai_request(c, &h->o, hc->body, hc->len, hc->too_big, &p, &code);
+    if (!answer && serve_queue_submit(h->queue, &p, SERVE_SOURCE_HTTP, id) != TDL_OK)
+        answer = serve_openai_error(code = 503, NULL, tdl_error_get());
+    if (!answer) {
+        serve_request_info_t info;
+        unsigned char *png = NULL;
+        bool gone = false;
+        tdl_status_t st = wait_result(h, c, id, true, &info, &png, &gone);
+        if (gone) {
+            free(png);
+            return MHD_NO; /* no one to answer */
+        }
+        answer = serve_openai_answer(id, st, &info, png, h->o.wait_timeout_ms, &code);
+        free(png);
+    }
+    struct MHD_Response *r = response_json(answer);
+    if (r && code == 503) {
+        char ra[16];
+        snprintf(ra, sizeof(ra), "%d", retry_after_s(h));
+        MHD_add_response_header(r, "Retry-After", ra);
+    }
+    return reply(h, c, code, r, method, url);
+}
+
 static http_result_t handle_metrics(serve_http_t *h, struct MHD_Connection *c, const char *method,
                                     const char *url)
 {
@@ -418,10 +629,12 @@ static http_result_t handle_metrics(serve_http_t *h, struct MHD_Connection *c, c
                 "tidal_requests_total{status=\"submitted\",source=\"%s\"} %llu\n"
                 "tidal_requests_total{status=\"rejected\",source=\"%s\"} %llu\n"
                 "tidal_requests_total{status=\"done\",source=\"%s\"} %llu\n"
-                "tidal_requests_total{status=\"failed\",source=\"%s\"} %llu\n",
+                "tidal_requests_total{status=\"failed\",source=\"%s\"} %llu\n"
+                "tidal_requests_total{status=\"cancelled\",source=\"%s\"} %llu\n",
                 sources[i], (unsigned long long)k->submitted, sources[i],
                 (unsigned long long)k->rejected, sources[i], (unsigned long long)k->done,
-                sources[i], (unsigned long long)k->failed);
+                sources[i], (unsigned long long)k->failed, sources[i],
+                (unsigned long long)k->cancelled);
     }
     fprintf(f, "# HELP tidal_slo_violations_total Requests finished after their deadline_ms.\n"
                "# TYPE tidal_slo_violations_total counter\n");
@@ -430,26 +643,31 @@ static http_result_t handle_metrics(serve_http_t *h, struct MHD_Connection *c, c
                 (unsigned long long)s.by_source[i].slo_violations);
     struct {
         const char *name, *help;
-        const serve_hist_t *hist;
+        const serve_hist_t *hist; /* [SERVE_NRES] */
     } hists[] = {
-        {"tidal_request_latency_seconds", "From arrival to the PNG, requests done.", &s.latency},
-        {"tidal_request_queue_seconds", "From arrival to the start of sampling.", &s.queue_wait},
-        {"tidal_request_run_seconds", "Sampling and encoding, requests done.", &s.run},
+        {"tidal_request_latency_seconds", "From arrival to the PNG, requests done.", s.latency},
+        {"tidal_request_queue_seconds", "From arrival to the start of sampling.", s.queue_wait},
+        {"tidal_request_run_seconds", "Sampling and encoding, requests done.", s.run},
     };
     for (size_t i = 0; i < TDL_ARRAY_SIZE(hists); i++) {
-        const serve_hist_t *hs = hists[i].hist;
-        fprintf(f, "# HELP %s %s\n# TYPE %s histogram\n", hists[i].name, hists[i].help,
-                hists[i].name);
-        uint64_t cum = 0;
-        for (int b = 0; b < SERVE_HIST_BUCKETS; b++) {
-            cum += hs->buckets[b];
-            fprintf(f, "%s_bucket{le=\"%g\"} %llu\n", hists[i].name, serve_hist_bounds[b],
-                    (unsigned long long)cum);
+        fprintf(f, "# HELP %s %s By resolution.\n# TYPE %s histogram\n", hists[i].name,
+                hists[i].help, hists[i].name);
+        for (int ri = 0; ri < SERVE_NRES; ri++) {
+            const serve_hist_t *hs = &hists[i].hist[ri];
+            int res = serve_res_values[ri];
+            uint64_t cum = 0;
+            for (int b = 0; b < SERVE_HIST_BUCKETS; b++) {
+                cum += hs->buckets[b];
+                fprintf(f, "%s_bucket{resolution=\"%d\",le=\"%g\"} %llu\n", hists[i].name, res,
+                        serve_hist_bounds[b], (unsigned long long)cum);
+            }
+            cum += hs->buckets[SERVE_HIST_BUCKETS];
+            fprintf(f,
+                    "%s_bucket{resolution=\"%d\",le=\"+Inf\"} %llu\n"
+                    "%s_sum{resolution=\"%d\"} %.6f\n%s_count{resolution=\"%d\"} %llu\n",
+                    hists[i].name, res, (unsigned long long)cum, hists[i].name, res, hs->sum,
+                    hists[i].name, res, (unsigned long long)hs->count);
         }
-        cum += hs->buckets[SERVE_HIST_BUCKETS];
-        fprintf(f, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", hists[i].name,
-                (unsigned long long)cum, hists[i].name, hs->sum, hists[i].name,
-                (unsigned long long)hs->count);
     }
     fprintf(f, "# HELP tidal_ranks Ranks by role (alone, rank 0 coordinates and serves).\n"
                "# TYPE tidal_ranks gauge\n");
@@ -569,8 +787,9 @@ static bool answer_early(serve_http_t *h, struct MHD_Connection *c, const char *
         serve_printable(u, sizeof(u), url);
         *ret = reply(h, c, 404,
                      response_error("path", NULL,
-                                    "no such path '%s' (POST /v1/images, GET /v1/images/ID, "
-                                    "GET /metrics, GET /healthz)",
+                                    "no such path '%s' (POST /v1/images, GET or DELETE "
+                                    "/v1/images/ID, GET /v1/images/ID/events, POST "
+                                    "/v1/images/generations, GET /metrics, GET /healthz)",
                                     u),
                      method, url);
         return true;
@@ -578,22 +797,25 @@ static bool answer_early(serve_http_t *h, struct MHD_Connection *c, const char *
     if (!route_allows(hc->route, method)) {
         char m[24];
         serve_printable(m, sizeof(m), method);
-        struct MHD_Response *r = response_error("method", NULL, "%s is not allowed here: use %s", m,
-                                                route_allow(hc->route));
+        char msg[96];
+        snprintf(msg, sizeof(msg), "%s is not allowed here: use %s", m, route_allow(hc->route));
+        struct MHD_Response *r = route_error(hc->route, 405, "method", msg);
         if (r)
             MHD_add_response_header(r, "Allow", route_allow(hc->route));
         *ret = reply(h, c, 405, r, method, url);
         return true;
     }
     if (hc->route != ROUTE_HEALTHZ && !authorized(h, c)) {
-        struct MHD_Response *r = response_error(
-            "authorization", NULL, "missing or wrong bearer token (Authorization: Bearer ...)");
+        struct MHD_Response *r =
+            route_error(hc->route, 401, "authorization",
+                        "missing or wrong bearer token (Authorization: Bearer ...)");
         if (r)
             MHD_add_response_header(r, "WWW-Authenticate", "Bearer realm=\"tidal\"");
         *ret = reply(h, c, 401, r, method, url);
         return true;
     }
-    if (hc->route == ROUTE_IMAGE && serve_id_is_dot_segment(hc->id, strlen(hc->id))) {
+    if ((hc->route == ROUTE_IMAGE || hc->route == ROUTE_EVENTS) &&
+        serve_id_is_dot_segment(hc->id, strlen(hc->id))) {
         *ret = reply_error(h, c, 400, method, url, "id", SERVE_ID_DOT_MESSAGE);
         return true;
     }
@@ -606,7 +828,7 @@ static bool answer_early(serve_http_t *h, struct MHD_Connection *c, const char *
             char msg[128];
             snprintf(msg, sizeof(msg), "the body is larger than %zu bytes (--max-body)",
                      h->o.max_body);
-            *ret = reply_error(h, c, 413, method, url, "body", msg);
+            *ret = reply(h, c, 413, route_error(hc->route, 413, "body", msg), method, url);
             return true;
         }
     }
@@ -667,7 +889,12 @@ static http_result_t http_answer(void *cls, struct MHD_Connection *c, const char
     }
     switch (hc->route) {
     case ROUTE_IMAGES: return handle_post(h, c, method, url, hc, &qa);
-    case ROUTE_IMAGE: return reply_result(h, c, method, url, hc->id, qa.png, qa.wait);
+    case ROUTE_IMAGE:
+        if (method_is(method, "DELETE"))
+            return handle_delete(h, c, method, url, hc->id);
+        return reply_result(h, c, method, url, hc->id, qa.png, qa.wait);
+    case ROUTE_EVENTS: return handle_events(h, c, method, url, hc->id);
+    case ROUTE_OPENAI: return handle_openai(h, c, method, url, hc);
     case ROUTE_METRICS: return handle_metrics(h, c, method, url);
     case ROUTE_HEALTHZ:
         return reply(h, c, 200, response_text("text/plain", strdup("ok\n"), 3), method, url);
@@ -844,6 +1071,7 @@ void serve_http_stop(serve_http_t *h)
     if (!h)
         return;
     if (h->daemon) {
+        __atomic_store_n(&h->stopping, 1, __ATOMIC_RELEASE); /* event streams end */
         /* stop accepting, then let the answers under way (waiters woken by the queue's close)
          * go out before the connections are cut */
         int fd = MHD_quiesce_daemon(h->daemon);

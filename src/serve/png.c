@@ -35,11 +35,9 @@ typedef struct {
     uint32_t gw, gh; /* canvas size in pixels */
 } png_grid_t;
 
-static tdl_status_t png_grid_plan(const float *images, int n, int channels, int height, int width,
-                                  int ncols, int pad, png_grid_t *grid_out)
+static tdl_status_t png_grid_plan(int n, int channels, int height, int width, int ncols, int pad,
+                                  png_grid_t *grid_out)
 {
-    if (!images)
-        return tdl_error_raise(TDL_ERR_INVALID_ARG, "PNG grid: images is NULL");
     if (n <= 0)
         return tdl_error_raise(TDL_ERR_INVALID_ARG, "PNG grid: n = %d images; give at least 1", n);
     if (channels != 1 && channels != 3)
@@ -171,8 +169,10 @@ tdl_status_t serve_png_encode(const float *images, int n, int channels, int heig
 {
     if (!png_out || !len_out)
         return tdl_error_raise(TDL_ERR_INVALID_ARG, "serve_png_encode: NULL output argument");
+    if (!images)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "PNG grid: images is NULL");
     png_grid_t g;
-    tdl_status_t st = png_grid_plan(images, n, channels, height, width, ncols, pad, &g);
+    tdl_status_t st = png_grid_plan(n, channels, height, width, ncols, pad, &g);
     if (st != TDL_OK)
         return st;
     size_t bytes = (size_t)g.gh * (size_t)g.gw * (size_t)g.channels;
@@ -195,6 +195,132 @@ tdl_status_t serve_png_encode(const float *images, int n, int channels, int heig
 out:
     free(mb.data);
     free(canvas);
+    return st;
+}
+
+/* ---- reading a grid back, to cut it into its images ---------------------------------------- */
+
+typedef struct {
+    const unsigned char *data;
+    size_t len, pos;
+} png_membuf_in_t;
+
+/* What png_decode_canvas found: the size and the pixels, interleaved [height, width, channels]. */
+typedef struct {
+    uint32_t width, height;
+    int channels;
+    uint8_t *canvas; /* malloc'ed; NULL until the header has been judged */
+} png_decoded_t;
+
+static void png_membuf_read(png_structp png, png_bytep out, size_t len)
+{
+    png_membuf_in_t *in = png_get_io_ptr(png);
+    if (len > in->len - in->pos)
+        png_error(png, "the PNG ends early");
+    memcpy(out, in->data + in->pos, len);
+    in->pos += len;
+}
+
+/* Decodes an 8-bit grayscale or RGB PNG, not interlaced (what serve_png_encode writes), of
+ * exactly want_w x want_h pixels. As png_encode_canvas, this function holds the setjmp, and
+ * what it changes after it lives in *out. Returns 0 or -1 with err->msg set. */
+static int png_decode_canvas(const unsigned char *data, size_t len, uint32_t want_w,
+                             uint32_t want_h, png_decoded_t *out, png_errbuf_t *err)
+{
+    png_membuf_in_t in = {data, len, 0};
+    png_structp png =
+        png_create_read_struct(PNG_LIBPNG_VER_STRING, err, png_on_error, png_on_warning);
+    if (!png) {
+        snprintf(err->msg, sizeof(err->msg), "cannot create a libpng reader");
+        return -1;
+    }
+    png_infop info = png_create_info_struct(png);
+    if (!info) {
+        png_destroy_read_struct(&png, NULL, NULL);
+        snprintf(err->msg, sizeof(err->msg), "cannot create a libpng info structure");
+        return -1;
+    }
+    if (setjmp(png_jmpbuf(png))) {
+        png_destroy_read_struct(&png, &info, NULL);
+        free(out->canvas);
+        out->canvas = NULL;
+        return -1;
+    }
+    png_set_read_fn(png, &in, png_membuf_read);
+    png_read_info(png, info);
+    int color = png_get_color_type(png, info);
+    out->width = png_get_image_width(png, info);
+    out->height = png_get_image_height(png, info);
+    out->channels = color == PNG_COLOR_TYPE_RGB ? 3 : 1;
+    if (png_get_bit_depth(png, info) != 8 ||
+        (color != PNG_COLOR_TYPE_GRAY && color != PNG_COLOR_TYPE_RGB) ||
+        png_get_interlace_type(png, info) != PNG_INTERLACE_NONE)
+        png_error(png, "not an 8-bit grayscale or RGB PNG without interlacing");
+    if (out->width != want_w || out->height != want_h)
+        png_error(png, "another size than the grid's");
+    const size_t stride = (size_t)out->width * (size_t)out->channels;
+    if (!(out->canvas = malloc((size_t)out->height * stride)))
+        png_error(png, "out of memory");
+    for (uint32_t y = 0; y < out->height; y++)
+        png_read_row(png, out->canvas + (size_t)y * stride, NULL);
+    png_read_end(png, NULL);
+    png_destroy_read_struct(&png, &info, NULL);
+    return 0;
+}
+
+tdl_status_t serve_png_split_grid(const unsigned char *png, size_t len, int n, int height,
+                                  int width, int ncols, int pad, unsigned char **pngs_out,
+                                  size_t *lens_out)
+{
+    if (!png || !pngs_out || !lens_out)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "serve_png_split_grid: NULL argument");
+    png_grid_t g, tile;
+    /* the channels are the PNG's: planned as 1, the sizes do not depend on them */
+    tdl_status_t st = png_grid_plan(n, 1, height, width, ncols, pad, &g);
+    if (st != TDL_OK)
+        return st;
+    png_decoded_t d = {0};
+    png_errbuf_t err = {""};
+    if (png_decode_canvas(png, len, g.gw, g.gh, &d, &err) != 0)
+        return tdl_error_raise(strcmp(err.msg, "out of memory") ? TDL_ERR_INVALID_ARG
+                                                                : TDL_ERR_NOMEM,
+                               "PNG grid: cannot read %zu bytes as a grid of %d images of %d x %d "
+                               "(%u x %u pixels): %s",
+                               len, n, height, width, g.gw, g.gh, err.msg);
+    if ((st = png_grid_plan(1, d.channels, height, width, 1, 0, &tile)) != TDL_OK)
+        goto out;
+    const size_t c = (size_t)d.channels, row = (size_t)width * c, stride = (size_t)g.gw * c;
+    uint8_t *pixels = malloc((size_t)height * row);
+    if (!pixels) {
+        st = tdl_error_raise(TDL_ERR_NOMEM, "PNG grid: out of memory for a tile");
+        goto out;
+    }
+    int k = 0;
+    for (; k < n; k++) {
+        /* the cell png_grid_fill put image k in */
+        const size_t y0 = (size_t)g.pad + (size_t)(k / g.cols) * (size_t)(g.height + g.pad);
+        const size_t x0 = (size_t)g.pad + (size_t)(k % g.cols) * (size_t)(g.width + g.pad);
+        for (int y = 0; y < height; y++)
+            memcpy(pixels + (size_t)y * row, d.canvas + (y0 + (size_t)y) * stride + x0 * c, row);
+        png_membuf_t mb = {0};
+        if (png_encode_canvas(&tile, pixels, &mb, &err) != 0) {
+            free(mb.data);
+            st =
+                tdl_error_raise(strcmp(err.msg, "out of memory") ? TDL_ERR_INTERNAL : TDL_ERR_NOMEM,
+                                "PNG grid: libpng failed to encode image %d: %s", k, err.msg);
+            break;
+        }
+        pngs_out[k] = mb.data;
+        lens_out[k] = mb.len;
+    }
+    free(pixels);
+    if (st != TDL_OK)
+        while (k-- > 0) {
+            free(pngs_out[k]);
+            pngs_out[k] = NULL;
+        }
+out:
+    free(d.canvas);
     return st;
 }
 

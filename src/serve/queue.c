@@ -9,9 +9,21 @@
 #include <string.h>
 #include <time.h>
 
+#include <jansson.h>
+
 #include "serve/serve.h"
 
 #define LATENCIES_KEPT (1u << 20)
+
+const int serve_res_values[SERVE_NRES] = {32, 64, 128};
+
+int serve_res_index(int resolution)
+{
+    int i = 0;
+    while (i < SERVE_NRES - 1 && resolution > serve_res_values[i])
+        i++;
+    return i;
+}
 
 const double serve_hist_bounds[SERVE_HIST_BUCKETS] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
                                                       2.5,  5,     10,   30,  60,   120, 300};
@@ -23,12 +35,17 @@ struct serve_job {
     int refs;               /* the table, the running executor and each waiter hold one */
     bool in_table;          /* false once forgotten: freed when the last reference goes */
     struct serve_job *next; /* in the waiting list or in the finished list */
+    char **events;          /* SSE blocks, in order; the last one the end once finished */
+    int nevents, capevents, events_dropped;
+    bool cancel_taken; /* its runner has been told (serve_queue_take_cancels) */
+    uint64_t tag;      /* the runner's */
 };
 
 struct serve_queue {
     pthread_mutex_t lock;
     pthread_cond_t ready;    /* a request arrived, or the queue closed */
     pthread_cond_t finished; /* some request finished */
+    pthread_cond_t evented;  /* some request has a new event */
     int max_queued, keep_finished;
     bool closed;
     serve_job_t **table; /* every request known, in no order */
@@ -38,13 +55,15 @@ struct serve_queue {
     int nwaiting, nfinished, nrunning;
     uint64_t id_seq, seed_seq, salt; /* counters of the ids and seeds the queue chose */
     serve_stats_t stats;
+    serve_job_t **cancels; /* running jobs asked to stop, their runner not told yet */
+    int ncancels, capcancels;
     double *lat[SERVE_SOURCE_COUNT];
     size_t nlat[SERVE_SOURCE_COUNT], caplat[SERVE_SOURCE_COUNT];
 };
 
 const char *serve_state_name(serve_state_t state)
 {
-    static const char *const names[] = {"queued", "running", "done", "failed"};
+    static const char *const names[] = {"queued", "running", "done", "failed", "cancelled"};
     return (unsigned)state < TDL_ARRAY_SIZE(names) ? names[state] : "?";
 }
 
@@ -100,6 +119,7 @@ tdl_status_t serve_queue_create(int max_queued, int keep_finished, serve_queue_t
     pthread_mutex_init(&q->lock, NULL);
     pthread_cond_init(&q->ready, &ca);
     pthread_cond_init(&q->finished, &ca);
+    pthread_cond_init(&q->evented, &ca);
     pthread_condattr_destroy(&ca);
     q->max_queued = max_queued;
     q->keep_finished = keep_finished;
@@ -110,12 +130,49 @@ tdl_status_t serve_queue_create(int max_queued, int keep_finished, serve_queue_t
     return TDL_OK;
 }
 
+static void job_free(serve_job_t *j)
+{
+    for (int i = 0; i < j->nevents; i++)
+        free(j->events[i]);
+    free(j->events);
+    free(j->png);
+    free(j);
+}
+
 static void job_unref(serve_job_t *j)
 {
-    if (--j->refs == 0) {
-        free(j->png);
-        free(j);
+    if (--j->refs == 0)
+        job_free(j);
+}
+
+/* Appends an event to j (the lock held): `data` (taken) gains the request's id first. Past
+ * SERVE_EVENTS_MAX - 1 only the end is kept; the others are counted. */
+static void event_add(serve_queue_t *q, serve_job_t *j, const char *name, json_t *data, bool end)
+{
+    json_t *o = json_object();
+    char *text = NULL, *block = NULL;
+    if (o && data && json_object_set_new(o, "id", json_string(j->info.params.id)) == 0 &&
+        json_object_update(o, data) == 0 && (end || j->nevents < SERVE_EVENTS_MAX - 1))
+        text = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9));
+    json_decref(data);
+    json_decref(o);
+    size_t len = text ? strlen(name) + strlen(text) + 16 : 0;
+    if (text && (block = tdl_malloc(len)))
+        snprintf(block, len, "event: %s\ndata: %s\n\n", name, text);
+    free(text);
+    if (block && j->nevents == j->capevents) {
+        int cap = j->capevents ? 2 * j->capevents : 8;
+        char **e = tdl_realloc(j->events, (size_t)cap * sizeof(*e));
+        if (e)
+            j->events = e, j->capevents = cap;
     }
+    if (!block || j->nevents == j->capevents) {
+        free(block);
+        j->events_dropped++;
+        return;
+    }
+    j->events[j->nevents++] = block;
+    pthread_cond_broadcast(&q->evented);
 }
 
 void serve_queue_destroy(serve_queue_t *q)
@@ -127,8 +184,12 @@ void serve_queue_destroy(serve_queue_t *q)
         job_unref(q->table[i]);
     }
     free(q->table);
+    for (int i = 0; i < q->ncancels; i++)
+        job_unref(q->cancels[i]);
+    free(q->cancels);
     for (int s = 0; s < SERVE_SOURCE_COUNT; s++)
         free(q->lat[s]);
+    pthread_cond_destroy(&q->evented);
     pthread_cond_destroy(&q->finished);
     pthread_cond_destroy(&q->ready);
     pthread_mutex_destroy(&q->lock);
@@ -174,14 +235,16 @@ static void job_finish(serve_queue_t *q, serve_job_t *j, serve_state_t state, co
     in->state = state;
     in->end_s = tdl_clock_s();
     double latency = in->end_s - in->submit_s;
-    if (in->params.deadline_ms > 0 && latency * 1e3 > (double)in->params.deadline_ms) {
+    if (state != SERVE_STATE_CANCELLED && in->params.deadline_ms > 0 &&
+        latency * 1e3 > (double)in->params.deadline_ms) {
         in->slo_violated = true;
         c->slo_violations++;
     }
     if (state == SERVE_STATE_DONE) {
         c->done++;
-        hist_observe(&q->stats.latency, latency);
-        hist_observe(&q->stats.run, in->end_s - in->start_s);
+        int ri = serve_res_index(in->params.resolution);
+        hist_observe(&q->stats.latency[ri], latency);
+        hist_observe(&q->stats.run[ri], in->end_s - in->start_s);
         size_t *n = &q->nlat[in->source], *cap = &q->caplat[in->source];
         if (*n == *cap && *cap < LATENCIES_KEPT) {
             size_t c2 = *cap ? 2 * *cap : 1024;
@@ -191,9 +254,24 @@ static void job_finish(serve_queue_t *q, serve_job_t *j, serve_state_t state, co
         }
         if (*n < *cap)
             q->lat[in->source][(*n)++] = latency;
+        event_add(q, j, "done",
+                  json_pack("{s:s, s:f, s:I}", "status", "done", "latency_s", latency,
+                            "png_bytes", (json_int_t)in->png_len),
+                  true);
+    } else if (state == SERVE_STATE_CANCELLED) {
+        c->cancelled++;
+        snprintf(in->error, sizeof(in->error), "%s", reason ? reason : "cancelled");
+        event_add(q, j, "cancelled",
+                  json_pack("{s:s, s:s, s:i}", "status", "cancelled", "reason", in->error,
+                            "events_dropped", j->events_dropped),
+                  true);
     } else {
         c->failed++;
         snprintf(in->error, sizeof(in->error), "%s", reason ? reason : "failed");
+        event_add(q, j, "failed",
+                  json_pack("{s:s, s:s, s:i}", "status", "failed", "error", in->error,
+                            "events_dropped", j->events_dropped),
+                  true);
     }
     j->next = NULL;
     if (q->fin_tail)
@@ -288,6 +366,10 @@ tdl_status_t serve_queue_submit(serve_queue_t *q, const serve_request_params_t *
         q->wait_tail = j;
     q->nwaiting++;
     q->stats.by_source[source].submitted++;
+    int pos = 0;
+    for (serve_job_t *w = q->wait_head; w && w != j; w = w->next)
+        pos++;
+    event_add(q, j, "queued", json_pack("{s:s, s:i}", "status", "queued", "position", pos), false);
     memcpy(id_out, in->params.id, sizeof(in->params.id));
     pthread_cond_signal(&q->ready);
     pthread_mutex_unlock(&q->lock);
@@ -335,7 +417,12 @@ tdl_status_t serve_queue_pop(serve_queue_t *q, int timeout_ms, serve_job_t **job
     j->refs++;
     j->info.state = SERVE_STATE_RUNNING;
     j->info.start_s = tdl_clock_s();
-    hist_observe(&q->stats.queue_wait, j->info.start_s - j->info.submit_s);
+    hist_observe(&q->stats.queue_wait[serve_res_index(j->info.params.resolution)],
+                 j->info.start_s - j->info.submit_s);
+    event_add(q, j, "started",
+              json_pack("{s:s, s:f}", "status", "running", "queued_s",
+                        j->info.start_s - j->info.submit_s),
+              false);
     pthread_mutex_unlock(&q->lock);
     *job_out = j;
     return TDL_OK;
@@ -349,6 +436,16 @@ const serve_request_params_t *serve_job_params(const serve_job_t *job)
 double serve_job_submit_s(const serve_job_t *job)
 {
     return job->info.submit_s;
+}
+
+void serve_job_set_tag(serve_job_t *job, uint64_t tag)
+{
+    job->tag = tag;
+}
+
+uint64_t serve_job_tag(const serve_job_t *job)
+{
+    return job->tag;
 }
 
 void serve_job_done(serve_queue_t *q, serve_job_t *j, unsigned char *png, size_t len)
@@ -373,7 +470,141 @@ void serve_job_fail(serve_queue_t *q, serve_job_t *j, const char *reason)
 
 static bool state_final(serve_state_t s)
 {
-    return s == SERVE_STATE_DONE || s == SERVE_STATE_FAILED;
+    return s == SERVE_STATE_DONE || s == SERVE_STATE_FAILED || s == SERVE_STATE_CANCELLED;
+}
+
+tdl_status_t serve_queue_cancel(serve_queue_t *q, const char *id, serve_request_info_t *info_out)
+{
+    pthread_mutex_lock(&q->lock);
+    serve_job_t *j = table_find(q, id);
+    tdl_status_t st = TDL_OK;
+    if (!j) {
+        st = tdl_error_raise(TDL_ERR_NOT_FOUND, "no request '%s'", id);
+    } else if (state_final(j->info.state)) {
+        st = tdl_error_raise(TDL_ERR_MISMATCH, "request '%s' has finished already (%s)", id,
+                             serve_state_name(j->info.state));
+    } else if (j->info.state == SERVE_STATE_QUEUED) {
+        serve_job_t **link = &q->wait_head, *prev = NULL;
+        while (*link && *link != j)
+            prev = *link, link = &(*link)->next;
+        if (*link) {
+            *link = j->next;
+            if (q->wait_tail == j)
+                q->wait_tail = prev;
+            q->nwaiting--;
+        }
+        job_finish(q, j, SERVE_STATE_CANCELLED, "cancelled while queued");
+    } else if (!j->info.cancel_asked) {
+        if (q->ncancels == q->capcancels) {
+            int cap = q->capcancels ? 2 * q->capcancels : 16;
+            serve_job_t **c = tdl_realloc(q->cancels, (size_t)cap * sizeof(*c));
+            if (c)
+                q->cancels = c, q->capcancels = cap;
+        }
+        if (q->ncancels < q->capcancels) {
+            j->info.cancel_asked = true;
+            j->refs++;
+            q->cancels[q->ncancels++] = j;
+        } else {
+            st = tdl_error_raise(TDL_ERR_NOMEM, "out of memory to cancel '%s'", id);
+        }
+    }
+    if (st == TDL_OK && info_out) {
+        *info_out = j->info;
+        info_out->position = -1;
+    }
+    pthread_mutex_unlock(&q->lock);
+    return st;
+}
+
+int serve_queue_take_cancels(serve_queue_t *q, serve_job_t **jobs, int max)
+{
+    pthread_mutex_lock(&q->lock);
+    int n = 0, k = 0;
+    for (int i = 0; i < q->ncancels; i++) {
+        serve_job_t *j = q->cancels[i];
+        if (n < max && !state_final(j->info.state)) {
+            j->cancel_taken = true;
+            jobs[n++] = j; /* the runner holds it still: the list's reference goes */
+            job_unref(j);
+        } else if (state_final(j->info.state)) {
+            job_unref(j); /* it finished first */
+        } else {
+            q->cancels[k++] = j; /* next time */
+        }
+    }
+    q->ncancels = k;
+    pthread_mutex_unlock(&q->lock);
+    return n;
+}
+
+bool serve_job_cancel_asked(serve_queue_t *q, serve_job_t *j)
+{
+    pthread_mutex_lock(&q->lock);
+    bool asked = j->info.cancel_asked;
+    pthread_mutex_unlock(&q->lock);
+    return asked;
+}
+
+void serve_job_cancelled(serve_queue_t *q, serve_job_t *j)
+{
+    pthread_mutex_lock(&q->lock);
+    q->nrunning--;
+    job_finish(q, j, SERVE_STATE_CANCELLED, "cancelled while running");
+    job_unref(j);
+    pthread_mutex_unlock(&q->lock);
+}
+
+void serve_job_event(serve_queue_t *q, serve_job_t *j, const char *name, const char *json)
+{
+    json_t *data = json_loads(json, 0, NULL);
+    pthread_mutex_lock(&q->lock);
+    if (json_is_object(data) && !state_final(j->info.state))
+        event_add(q, j, name, data, false);
+    else
+        json_decref(data);
+    pthread_mutex_unlock(&q->lock);
+}
+
+tdl_status_t serve_queue_events(serve_queue_t *q, const char *id, int from, int wait_ms,
+                                char **text_out, int *next_out, bool *ended_out)
+{
+    pthread_mutex_lock(&q->lock);
+    serve_job_t *j = table_find(q, id);
+    if (!j) {
+        pthread_mutex_unlock(&q->lock);
+        return tdl_error_raise(TDL_ERR_NOT_FOUND, "no request '%s'", id);
+    }
+    if (from < 0)
+        from = 0;
+    if (wait_ms > 0 && j->nevents <= from && !state_final(j->info.state)) {
+        struct timespec until;
+        deadline_after(&until, wait_ms);
+        j->refs++; /* it may be forgotten while we wait */
+        int rc = 0;
+        while (j->nevents <= from && !state_final(j->info.state) && rc != ETIMEDOUT)
+            rc = pthread_cond_timedwait(&q->evented, &q->lock, &until);
+        j->refs--;
+    }
+    size_t len = 1;
+    for (int i = from; i < j->nevents; i++)
+        len += strlen(j->events[i]);
+    char *text = tdl_malloc(len);
+    if (text) {
+        text[0] = '\0';
+        for (int i = from, at = 0; i < j->nevents; i++) {
+            size_t l = strlen(j->events[i]);
+            memcpy(text + at, j->events[i], l + 1);
+            at += (int)l;
+        }
+        *next_out = TDL_MAX(from, j->nevents);
+        *ended_out = state_final(j->info.state);
+        *text_out = text;
+    }
+    if (j->refs == 0)
+        job_free(j);
+    pthread_mutex_unlock(&q->lock);
+    return text ? TDL_OK : tdl_error_raise(TDL_ERR_NOMEM, "out of memory for events of '%s'", id);
 }
 
 tdl_status_t serve_queue_get(serve_queue_t *q, const char *id, int wait_ms,
@@ -411,10 +642,8 @@ tdl_status_t serve_queue_get(serve_queue_t *q, const char *id, int wait_ms,
         else
             st = tdl_error_raise(TDL_ERR_NOMEM, "out of memory for a copy of '%s'", id);
     }
-    if (j->refs == 0) {
-        free(j->png);
-        free(j);
-    }
+    if (j->refs == 0)
+        job_free(j);
     pthread_mutex_unlock(&q->lock);
     if (st != TDL_OK)
         return st;
@@ -438,6 +667,7 @@ void serve_queue_close(serve_queue_t *q, const char *reason)
     q->wait_tail = NULL;
     pthread_cond_broadcast(&q->ready);
     pthread_cond_broadcast(&q->finished);
+    pthread_cond_broadcast(&q->evented);
     pthread_mutex_unlock(&q->lock);
 }
 

@@ -171,6 +171,8 @@ static tdl_status_t request_from_json(json_t *root, const serve_limits_t *lim,
                                SERVE_ID_MAX);
         if (serve_id_is_dot_segment(json_string_value(v), json_string_length(v)))
             return field_error(err, "id", "'id': " SERVE_ID_DOT_MESSAGE);
+        if (strcmp(json_string_value(v), SERVE_OPENAI_PATH_ID) == 0)
+            return field_error(err, "id", "'id': " SERVE_OPENAI_PATH_ID_MESSAGE);
         memcpy(p->id, json_string_value(v), json_string_length(v) + 1);
     }
     if (extra_key) {
@@ -190,9 +192,13 @@ static tdl_status_t request_from_json(json_t *root, const serve_limits_t *lim,
     return TDL_OK;
 }
 
-tdl_status_t serve_request_parse(const char *text, size_t len, const serve_limits_t *limits,
-                                 const char *extra_key, serve_request_params_t *params_out,
-                                 int64_t *extra_out, serve_field_error_t *err)
+const char *serve_json_type_name(const json_t *v)
+{
+    return json_type_name(v);
+}
+
+tdl_status_t serve_json_load_body(const char *text, size_t len, json_t **root_out,
+                                  serve_field_error_t *err)
 {
     if (len == 0)
         return field_error(err, "body", "the body is empty: send a JSON object");
@@ -208,9 +214,21 @@ tdl_status_t serve_request_parse(const char *text, size_t len, const serve_limit
     if (!root)
         return field_error(err, "body", "invalid JSON at line %d, column %d: %s", je.line,
                            je.column, je.text);
+    *root_out = root;
+    return TDL_OK;
+}
+
+tdl_status_t serve_request_parse(const char *text, size_t len, const serve_limits_t *limits,
+                                 const char *extra_key, serve_request_params_t *params_out,
+                                 int64_t *extra_out, serve_field_error_t *err)
+{
+    json_t *root;
+    tdl_status_t st = serve_json_load_body(text, len, &root, err);
+    if (st != TDL_OK)
+        return st;
     serve_request_params_t p;
     int64_t extra = 0;
-    tdl_status_t st = request_from_json(root, limits, extra_key, &p, &extra, err);
+    st = request_from_json(root, limits, extra_key, &p, &extra, err);
     json_decref(root);
     if (st != TDL_OK)
         return st;

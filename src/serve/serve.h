@@ -88,10 +88,12 @@ typedef enum {
     SERVE_STATE_QUEUED = 0,
     SERVE_STATE_RUNNING,
     SERVE_STATE_DONE,
-    SERVE_STATE_FAILED
+    SERVE_STATE_FAILED,
+    SERVE_STATE_CANCELLED /* by DELETE, or its client went away (--cancel-on-disconnect) */
 } serve_state_t;
 
-const char *serve_state_name(serve_state_t state); /* "queued", "running", "done", "failed" */
+/* "queued", "running", "done", "failed", "cancelled" */
+const char *serve_state_name(serve_state_t state);
 
 typedef enum { SERVE_SOURCE_HTTP = 0, SERVE_SOURCE_TRACE, SERVE_SOURCE_COUNT } serve_source_t;
 
@@ -116,6 +118,7 @@ typedef struct serve_counts {
     uint64_t submitted; /* admitted into the queue */
     uint64_t rejected;  /* refused: queue full or closed */
     uint64_t done, failed;
+    uint64_t cancelled;      /* never counted as failed, nor as lost */
     uint64_t slo_violations; /* finished (done or failed) after their deadline */
 } serve_counts_t;
 
@@ -125,12 +128,18 @@ typedef struct serve_hist {
     double sum;
 } serve_hist_t;
 
+/* The resolutions the histograms are labelled with (a request's, rounded up to one of them). */
+#define SERVE_NRES 3
+extern const int serve_res_values[SERVE_NRES]; /* 32, 64, 128 */
+int serve_res_index(int resolution);
+
 typedef struct serve_stats {
     int queued, running, capacity;
     serve_counts_t by_source[SERVE_SOURCE_COUNT];
-    serve_hist_t latency;    /* arrival to finish, done requests */
-    serve_hist_t queue_wait; /* arrival to start */
-    serve_hist_t run;        /* start to finish */
+    /* by resolution (serve_res_index) */
+    serve_hist_t latency[SERVE_NRES];    /* arrival to finish, done requests */
+    serve_hist_t queue_wait[SERVE_NRES]; /* arrival to start */
+    serve_hist_t run[SERVE_NRES];        /* start to finish */
     int ranks[SERVE_ROLE_COUNT];
 } serve_stats_t;
 
@@ -144,6 +153,7 @@ typedef struct serve_request_info {
     size_t png_len;
     bool slo_violated;
     bool canceled;               /* failed because the queue closed before it ran */
+    bool cancel_asked;           /* running, and asked to stop at its next task boundary */
     char error[SERVE_ERROR_MAX]; /* why it failed */
 } serve_request_info_t;
 
@@ -170,6 +180,9 @@ tdl_status_t serve_queue_pop(serve_queue_t *queue, int timeout_ms, serve_job_t *
 const serve_request_params_t *serve_job_params(const serve_job_t *job);
 /* When it was submitted (tdl_clock_s). */
 double serve_job_submit_s(const serve_job_t *job);
+/* A number of the runner's own for the job (the coordinator's request number). */
+void serve_job_set_tag(serve_job_t *job, uint64_t tag);
+uint64_t serve_job_tag(const serve_job_t *job);
 /* Finishes a job: done with its PNG (the queue takes png, a malloc'ed buffer), or failed. */
 void serve_job_done(serve_queue_t *queue, serve_job_t *job, unsigned char *png, size_t len);
 void serve_job_fail(serve_queue_t *queue, serve_job_t *job, const char *reason);
@@ -179,6 +192,31 @@ void serve_job_fail(serve_queue_t *queue, serve_job_t *job, const char *reason);
  * TDL_ERR_NOT_FOUND: no such request, or it finished so long ago that it was forgotten. */
 tdl_status_t serve_queue_get(serve_queue_t *queue, const char *id, int wait_ms,
                              serve_request_info_t *info_out, unsigned char **png_out);
+
+/* Cancels request id: a queued one at once (info_out says cancelled); a running one is asked
+ * to stop at its next task boundary (info_out: running, cancel_asked), which its runner learns
+ * from serve_queue_take_cancels or serve_job_cancel_asked. TDL_ERR_NOT_FOUND: no such request;
+ * TDL_ERR_MISMATCH: it has finished already (done, failed or cancelled). */
+tdl_status_t serve_queue_cancel(serve_queue_t *queue, const char *id,
+                                serve_request_info_t *info_out);
+/* Running jobs asked to stop since the last call, each once, into jobs[0 .. max); the count. */
+int serve_queue_take_cancels(serve_queue_t *queue, serve_job_t **jobs, int max);
+bool serve_job_cancel_asked(serve_queue_t *queue, serve_job_t *job);
+/* Finishes a running job as cancelled (its ranks and state are free again). */
+void serve_job_cancelled(serve_queue_t *queue, serve_job_t *job);
+
+/* Progress events, as Server-Sent Events blocks ("event: NAME\ndata: JSON\n\n"). The queue
+ * writes queued, started and the end (done, failed, cancelled); a runner adds what it does
+ * with serve_job_event (NAME: task_started, task_finished; data: a JSON object, which gains the
+ * request's "id"). A request keeps its first SERVE_EVENTS_MAX; its end is always kept. */
+#define SERVE_EVENTS_MAX 256
+void serve_job_event(serve_queue_t *queue, serve_job_t *job, const char *name, const char *json);
+/* The events of request id from number `from` on, waiting up to wait_ms for one when there are
+ * none yet: *text_out (malloc'ed, "" when none), *next_out the number to ask from next time,
+ * *ended_out once the request has finished and every event was given. TDL_ERR_NOT_FOUND: no
+ * such request (or forgotten). */
+tdl_status_t serve_queue_events(serve_queue_t *queue, const char *id, int from, int wait_ms,
+                                char **text_out, int *next_out, bool *ended_out);
 
 /* Refuses new requests from now on and fails the waiting ones with `reason`; a running job
  * still finishes. Wakes every waiter. */
@@ -202,7 +240,11 @@ typedef struct serve_http_opts {
     int wait_timeout_ms; /* ?wait=1 answers 504 after this long */
     int max_connections;
     int connection_timeout_s; /* idle connections are closed after this long */
+    bool cancel_on_disconnect; /* a ?wait=1 request whose client goes away is cancelled */
     serve_limits_t limits;
+    /* limits.num_classes names, label 0 first, for the prompts of POST /v1/images/generations;
+     * NULL: none, prompts name classes by number. Kept by the caller while the server runs. */
+    const char *const *class_names;
 } serve_http_opts_t;
 
 typedef struct serve_http serve_http_t;
@@ -259,6 +301,14 @@ tdl_status_t serve_png_write_grid(const char *path, const float *images, int n, 
 /* The same PNG into memory: *png_out (free it with free()) of *len_out bytes. */
 tdl_status_t serve_png_encode(const float *images, int n, int channels, int height, int width,
                               int ncols, int pad, unsigned char **png_out, size_t *len_out);
+
+/* Cuts a grid that serve_png_encode made (len bytes at png) of n images of height x width, in
+ * ncols columns `pad` pixels apart, into n PNGs: pngs_out[i] (free() each) of lens_out[i] bytes,
+ * the bytes serve_png_encode gives for image i alone (ncols 1, pad 0). A PNG that is not such a
+ * grid (another size or colour type, damaged) is TDL_ERR_INVALID_ARG; nothing is returned then. */
+tdl_status_t serve_png_split_grid(const unsigned char *png, size_t len, int n, int height,
+                                  int width, int ncols, int pad, unsigned char **pngs_out,
+                                  size_t *lens_out);
 
 /* ==== trajectory tasks (src/serve/task.c) ===================================================== */
 

@@ -423,6 +423,27 @@ tdl_status_t serve_wire_reload_decode(const serve_ctl_msg_t *msg,
     return TDL_OK;
 }
 
+tdl_status_t serve_wire_drop_encode(uint64_t request, serve_ctl_msg_t *msg)
+{
+    msg->op = SERVE_OP_DROP;
+    msg->len = 8;
+    for (int i = 0; i < 8; i++)
+        msg->data[i] = (unsigned char)(request >> (8 * i));
+    return TDL_OK;
+}
+
+tdl_status_t serve_wire_drop_decode(const serve_ctl_msg_t *msg, uint64_t *request_out)
+{
+    if (msg->op != SERVE_OP_DROP || msg->len != 8)
+        return tdl_error_raise(TDL_ERR_CORRUPT, "a drop of %u bytes (8: a request number)",
+                               msg->len);
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)msg->data[i] << (8 * i);
+    *request_out = v;
+    return TDL_OK;
+}
+
 tdl_status_t serve_wire_report_encode(const serve_wire_report_t *r, unsigned char *buf,
                                       size_t *len_out)
 {

@@ -76,6 +76,13 @@ static inline bool serve_wire_member(const int *ranks, int n, int r)
     15 /* to a serving worker once every member died: train in this membership                     \
         * from the newest checkpoint of the run (or its first step) */
 
+/* To an executor that holds a request's state (its last task ran there), once the request is
+ * cancelled: let it go. Taken by the executor's own receive, never returned to the caller.
+ *   u64 request (the task's spec.id) */
+#define SERVE_OP_DROP 16
+tdl_status_t serve_wire_drop_encode(uint64_t request, serve_ctl_msg_t *msg);
+tdl_status_t serve_wire_drop_decode(const serve_ctl_msg_t *msg, uint64_t *request_out);
+
 #define SERVE_WIRE_MAX_WORKERS 1024
 
 /* A training membership: world ranks in order (the first leads), and the rank whose state a

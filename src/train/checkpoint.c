@@ -24,6 +24,7 @@ struct train_ckpt_state {
     int batch;
     float lr;
     int64_t warmup;
+    char *class_names; /* the attribute's JSON, or NULL: the data set has no names */
 };
 
 void train_ckpt_state_free(train_ckpt_state_t *cs)
@@ -31,6 +32,7 @@ void train_ckpt_state_free(train_ckpt_state_t *cs)
     if (cs) {
         free(cs->buf);
         free(cs->residual);
+        free(cs->class_names);
         free(cs);
     }
 }
@@ -52,6 +54,14 @@ tdl_status_t train_checkpoint_capture(train_trainer_t *tr, int world_size,
         train_ckpt_state_free(cs);
         *out = NULL;
         return tdl_error_raise(TDL_ERR_NOMEM, "checkpoint: no memory for the residual");
+    }
+    /* the names never change in a run: made once, as the buffers are */
+    const char *const *names = train_trainer_class_names(tr);
+    if (names && !cs->class_names &&
+        !(cs->class_names = train_class_names_json(names, m->config.num_classes))) {
+        train_ckpt_state_free(cs);
+        *out = NULL;
+        return tdl_error_raise(TDL_ERR_NOMEM, "checkpoint: no memory for the class names");
     }
     cs->model = m, cs->np = np;
     memcpy(cs->buf, m->params, np * sizeof(float));
@@ -123,7 +133,7 @@ tdl_status_t train_checkpoint_write(const train_ckpt_state_t *cs, const char *pa
         {"train", &lh, 1, train_attrs, (int)TDL_ARRAY_SIZE(train_attrs)},
         {"codec/residual", rt, m->ninfos, NULL, 0},
     };
-    ckpt_attr_t attrs[TRAIN_CONFIG_ATTRS + 5];
+    ckpt_attr_t attrs[TRAIN_CONFIG_ATTRS + 6];
     int na = train_config_attrs(&m->config, attrs);
     /* as in a weights file: one reader for both */
     char *json = train_config_json(&m->config);
@@ -141,6 +151,9 @@ tdl_status_t train_checkpoint_write(const train_ckpt_state_t *cs, const char *pa
     };
     memcpy(attrs + na, state, sizeof(state));
     na += (int)TDL_ARRAY_SIZE(state);
+    if (cs->class_names) /* what tidal serve --ckpt reads from a checkpoint too */
+        attrs[na++] = (ckpt_attr_t){
+            .key = TRAIN_CLASS_NAMES_ATTR, .type = CKPT_ATTR_STRING, .s = cs->class_names};
     st = ckpt_file_write(path, pt, et, m->ninfos, extra, rt ? 4 : 3, attrs, na);
     free(json);
 out:

@@ -17,6 +17,7 @@ struct train_dataset {
     int channels, height, width;
     int pad; /* background pixels added on every side before upsampling */
     int num_classes;
+    const char *const *class_names; /* num_classes names (static storage), or NULL */
     uint8_t *pixels; /* [n, channels, height, width] */
     int32_t *labels; /* [n] */
 };
@@ -112,6 +113,11 @@ int train_dataset_num_classes(const train_dataset_t *ds)
     return ds->num_classes;
 }
 
+const char *const *train_dataset_class_names(const train_dataset_t *ds)
+{
+    return ds->class_names;
+}
+
 int train_dataset_channels(const train_dataset_t *ds)
 {
     return ds->channels;
@@ -184,9 +190,14 @@ tdl_status_t train_dataset_get(const train_dataset_t *ds, size_t index, int reso
 #define IDX_MAGIC_IMAGES 0x00000803u /* unsigned bytes, 3 dimensions */
 #define FMNIST_SIDE      28
 #define FMNIST_PAD       2 /* 28 + 2 + 2 = 32, which patch sizes 2, 4 and 8 divide */
-#define FMNIST_CLASSES   10
+#define FMNIST_CLASSES   TRAIN_FMNIST_CLASSES
 #define FMNIST_HINT                                                                                \
     "reinstall the Debian package 'dataset-fashion-mnist' or download the file again"
+
+/* Fashion-MNIST's classes, label 0 to 9, as its README names them. */
+const char *const train_fmnist_class_names[TRAIN_FMNIST_CLASSES] = {
+    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+    "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
 
 static uint32_t be32(const unsigned char *p)
 {
@@ -363,6 +374,7 @@ tdl_status_t train_dataset_open_fmnist(const char *dir, bool train_split, train_
     memcpy(ds->labels, labels, (size_t)n * sizeof(*labels));
     ds->pad = FMNIST_PAD;
     ds->num_classes = FMNIST_CLASSES;
+    ds->class_names = train_fmnist_class_names;
     gzclose(gz);
     free(labels);
     *out = ds;

@@ -273,7 +273,8 @@ tdl_status_t train_job_run(const train_job_opts_t *J, gfc_runtime_t *rt, int ran
         char path[1100];
         snprintf(path, sizeof(path), "%s/model.h5", out_dir);
         if ((st = train_weights_save(path, train_trainer_model(tr), train_trainer_ema(tr),
-                                     train_trainer_steps_done(tr))) != TDL_OK)
+                                     train_trainer_steps_done(tr),
+                                     train_trainer_class_names(tr))) != TDL_OK)
             goto out;
         int64_t ran = o.steps - first_step;
         printf("tidal train: %lld steps, %.1f images/s, final loss %.4f; wrote %s/loss.csv, %s "

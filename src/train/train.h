@@ -49,6 +49,11 @@ void train_dataset_free(train_dataset_t *ds);
 
 size_t train_dataset_count(const train_dataset_t *ds);
 int train_dataset_num_classes(const train_dataset_t *ds);
+/* The names of the classes, label 0 first (num_classes of them), or NULL when the data set has
+ * none: Fashion-MNIST's are train_fmnist_class_names; synthetic and HDF5 data sets have none. */
+const char *const *train_dataset_class_names(const train_dataset_t *ds);
+#define TRAIN_FMNIST_CLASSES 10
+extern const char *const train_fmnist_class_names[TRAIN_FMNIST_CLASSES];
 int train_dataset_channels(const train_dataset_t *ds);
 /* Height and width of the images as stored (28 x 28 for Fashion-MNIST). */
 void train_dataset_shape(const train_dataset_t *ds, int *height_out, int *width_out);
@@ -174,6 +179,8 @@ double train_trainer_last_loss(const train_trainer_t *tr);
 float train_trainer_lr(const train_trainer_t *tr);
 dit_model_t *train_trainer_model(train_trainer_t *tr);
 const float *train_trainer_ema(const train_trainer_t *tr);
+/* The class names of the data set when it names every class of the model, NULL otherwise. */
+const char *const *train_trainer_class_names(const train_trainer_t *tr);
 /* The rectified-flow loss of the current weights (ema: of the EMA weights, the ones sampled
  * from) on the first `count` images of the held-out set (Fashion-MNIST's test split; an HDF5 data
  * set's own images), each with a fixed time, noise and label from (seed, image), so every run
@@ -185,9 +192,10 @@ tdl_status_t train_trainer_val_loss(train_trainer_t *tr, gfc_group_t *group, int
 /* ==== weights files (src/train/weights_io.c, format in doc/checkpoint.md) =================== */
 
 /* Writes /model and, when ema != NULL, /ema under the PyTorch names, with the configuration as
- * attributes; atomic (a crash leaves the old file or none). */
+ * attributes, and class_names (may be NULL: none) as the attribute TRAIN_CLASS_NAMES_ATTR;
+ * atomic (a crash leaves the old file or none). */
 tdl_status_t train_weights_save(const char *path, const dit_model_t *model, const float *ema,
-                                int64_t step);
+                                int64_t step, const char *const *class_names);
 /* The model configuration the file's root attributes describe, every one checked before
  * anything is allocated: format_version present and one this tidal reads, model a name, each
  * size within the limits of dit_config_check, learn_sigma and t_scale (when present) tidal's.
@@ -204,6 +212,30 @@ tdl_status_t train_weights_load(const char *path, const char *group, int max_bat
 tdl_status_t train_weights_load_on(const char *path, const char *group, int max_batch,
                                    int max_resolution, struct dit_backend *backend,
                                    dit_model_t **model_out);
+/* The same into a model for serving only (dit_model_create_inference: no gradients, one
+ * block's activations), what tidal serve and tidal run's serving ranks load. */
+tdl_status_t train_weights_load_inference(const char *path, const char *group, int max_batch,
+                                          int max_resolution, struct dit_backend *backend,
+                                          dit_model_t **model_out);
+
+/* Class names: the string root attribute class_names, a JSON array of num_classes strings, label
+ * 0 first. Each name is 1 to TRAIN_CLASS_NAME_MAX bytes of printable UTF-8 (no control
+ * characters), without space at either end, not a number nor "class N" (which name classes by
+ * number), and no two names are equal ignoring ASCII case: a name picks one class. Files
+ * without the attribute have no names. */
+#define TRAIN_CLASS_NAMES_ATTR "class_names"
+#define TRAIN_CLASS_NAME_MAX   64
+/* The attribute's JSON for num_classes names, malloc'd; NULL: no memory. */
+char *train_class_names_json(const char *const *names, int num_classes);
+/* Parses and checks the attribute's text `json` of the file `path` (for messages) for a model of
+ * num_classes classes: *names_out is one malloc'd block (free() it) of num_classes pointers to
+ * the names. A text that breaks a rule above is TDL_ERR_CORRUPT naming the file, the attribute
+ * and what is wrong. */
+tdl_status_t train_class_names_parse(const char *path, const char *json, int num_classes,
+                                     char ***names_out);
+/* The class names of a weights file or checkpoint (train_class_names_parse), *names_out NULL
+ * when it has none. train_weights_config checks them too: every loader refuses a forged one. */
+tdl_status_t train_weights_class_names(const char *path, int num_classes, char ***names_out);
 
 /* ==== training checkpoints (src/train/checkpoint.c, ckpt_dir.c, ckpt_writer.c, resume.c;
  * format in doc/checkpoint.md) ============================================================== */

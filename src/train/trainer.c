@@ -364,6 +364,14 @@ const float *train_trainer_ema(const train_trainer_t *tr)
     return tr->ema;
 }
 
+const char *const *train_trainer_class_names(const train_trainer_t *tr)
+{
+    /* a data set of fewer classes than the model leaves some unnamed: none are written */
+    if (train_dataset_num_classes(tr->data) != tr->model->config.num_classes)
+        return NULL;
+    return train_dataset_class_names(tr->data);
+}
+
 int train_trainer_loss_history(const train_trainer_t *tr, float (*out)[2], int max)
 {
     int64_t first = TDL_MAX(0, tr->loss_count - TRAIN_LOSS_HISTORY);

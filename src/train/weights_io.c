@@ -7,6 +7,7 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "ckpt/ckpt.h"
 #include "tensor/tensor.h"
@@ -60,26 +61,200 @@ int train_config_attrs(const dit_config_t *c, ckpt_attr_t *attrs)
 }
 
 tdl_status_t train_weights_save(const char *path, const dit_model_t *m, const float *ema,
-                                int64_t step)
+                                int64_t step, const char *const *class_names)
 {
     const dit_config_t *c = &m->config;
     ckpt_tensor_t *model = train_tensors_of(m, m->params);
     ckpt_tensor_t *emat = ema ? train_tensors_of(m, (float *)ema) : NULL;
     char *json = train_config_json(c);
+    char *names = class_names ? train_class_names_json(class_names, c->num_classes) : NULL;
     tdl_status_t st;
-    if (!model || (ema && !emat) || !json) {
+    if (!model || (ema && !emat) || !json || (class_names && !names)) {
         st = tdl_error_raise(TDL_ERR_NOMEM, "saving %s: out of memory", path);
         goto out;
     }
-    ckpt_attr_t attrs[TRAIN_CONFIG_ATTRS + 2];
+    ckpt_attr_t attrs[TRAIN_CONFIG_ATTRS + 3];
     int na = train_config_attrs(c, attrs);
     attrs[na++] = (ckpt_attr_t){.key = "step", .type = CKPT_ATTR_INT, .i = step};
     attrs[na++] = (ckpt_attr_t){.key = "config_json", .type = CKPT_ATTR_STRING, .s = json};
+    if (names)
+        attrs[na++] =
+            (ckpt_attr_t){.key = TRAIN_CLASS_NAMES_ATTR, .type = CKPT_ATTR_STRING, .s = names};
     st = ckpt_weights_write(path, model, emat, m->ninfos, attrs, na);
 out:
+    free(names);
     free(json);
     free(emat);
     free(model);
+    return st;
+}
+
+/* ---- class names ---------------------------------------------------------------------------- */
+
+char *train_class_names_json(const char *const *names, int num_classes)
+{
+    json_t *a = json_array();
+    for (int i = 0; a && i < num_classes; i++)
+        if (json_array_append_new(a, json_string(names[i])) != 0)
+            json_decref(a), a = NULL;
+    char *s = a ? json_dumps(a, JSON_COMPACT) : NULL;
+    json_decref(a);
+    return s;
+}
+
+/* The next code point of valid UTF-8 (jansson has checked it) at *p, which moves past it. */
+static unsigned utf8_next(const unsigned char **p)
+{
+    const unsigned char *s = *p;
+    unsigned c = s[0];
+    int more = c < 0x80 ? 0 : c < 0xe0 ? 1 : c < 0xf0 ? 2 : 3;
+    if (more)
+        c &= 0x3fu >> more;
+    for (int k = 1; k <= more; k++)
+        c = (c << 6) | (s[k] & 0x3fu);
+    *p = s + 1 + more;
+    return c;
+}
+
+/* Whether a name reads as a class number to the prompt of the images API (src/serve/openai.c):
+ * digits, or "class" and digits, which always name a class by its number. */
+static bool names_a_number(const char *s)
+{
+    if (strncasecmp(s, "class", 5) == 0)
+        s += 5 + strspn(s + 5, " ");
+    size_t digits = strspn(s, "0123456789");
+    return digits > 0 && s[digits] == '\0';
+}
+
+static int name_cmp(const void *a, const void *b)
+{
+    return strcasecmp(*(char *const *)a, *(char *const *)b);
+}
+
+#define CLASS_NAME_MAX_TEXT "64"
+_Static_assert(TRAIN_CLASS_NAME_MAX == 64, "CLASS_NAME_MAX_TEXT says the limit in words");
+
+/* What is wrong with a name of len bytes (NULL: nothing). */
+static const char *name_fault(const char *name, size_t len)
+{
+    if (len == 0)
+        return "is empty";
+    if (len > TRAIN_CLASS_NAME_MAX)
+        return "is longer than " CLASS_NAME_MAX_TEXT " bytes";
+    if (strlen(name) != len)
+        return "holds a NUL";
+    for (const unsigned char *p = (const unsigned char *)name; *p;) {
+        unsigned c = utf8_next(&p);
+        if (c < 0x20 || (c >= 0x7f && c < 0xa0))
+            return "holds a control character";
+    }
+    if (name[0] == ' ' || name[len - 1] == ' ')
+        return "begins or ends with a space";
+    if (names_a_number(name))
+        return "is a number or 'class N', which name classes by number";
+    return NULL;
+}
+
+tdl_status_t train_class_names_parse(const char *path, const char *json, int num_classes,
+                                     char ***names_out)
+{
+    static const char what[] = "the file is damaged or was not written by tidal; use another "
+                               "checkpoint, or write the attribute again (doc/checkpoint.md)";
+    const char *key = TRAIN_CLASS_NAMES_ATTR;
+    if (num_classes < 1)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "%s: class names for %d classes", path,
+                               num_classes);
+    /* no attribute of valid names is longer: every byte of a name escaped as \u00XX */
+    size_t longest = 2 + (size_t)num_classes * (6 * TRAIN_CLASS_NAME_MAX + 3);
+    size_t len = strlen(json);
+    if (len > longest)
+        return tdl_error_raise(TDL_ERR_CORRUPT,
+                               "%s: the attribute %s is %zu bytes, longer than %d names of at "
+                               "most %d bytes can be: %s",
+                               path, key, len, num_classes, TRAIN_CLASS_NAME_MAX, what);
+    json_error_t je;
+    json_t *a = json_loadb(json, len, JSON_DECODE_ANY, &je);
+    if (!a)
+        return tdl_error_raise(json_error_code(&je) == json_error_out_of_memory ? TDL_ERR_NOMEM
+                                                                                : TDL_ERR_CORRUPT,
+                               "%s: the attribute %s is not JSON (%s, at character %d): %s", path,
+                               key, je.text, je.position, what);
+    tdl_status_t st = TDL_OK;
+    char **names = NULL;
+    if (!json_is_array(a) || json_array_size(a) != (size_t)num_classes) {
+        char got[48];
+        snprintf(got, sizeof(got), "%s", json_is_object(a) ? "an object" : "a single value");
+        if (json_is_array(a))
+            snprintf(got, sizeof(got), "an array of %zu", json_array_size(a));
+        st = tdl_error_raise(TDL_ERR_CORRUPT,
+                             "%s: the attribute %s must be a JSON array of %d strings, one per "
+                             "class, not %s: %s",
+                             path, key, num_classes, got, what);
+        goto out;
+    }
+    size_t bytes = (size_t)num_classes * sizeof(char *);
+    for (int i = 0; i < num_classes; i++) {
+        json_t *v = json_array_get(a, (size_t)i);
+        const char *fault = !json_is_string(v)
+                                ? "is not a string"
+                                : name_fault(json_string_value(v), json_string_length(v));
+        if (fault) {
+            st = tdl_error_raise(TDL_ERR_CORRUPT,
+                                 "%s: the attribute %s: the name of class %d %s: %s", path, key, i,
+                                 fault, what);
+            goto out;
+        }
+        bytes += json_string_length(v) + 1;
+    }
+    if (!(names = malloc(bytes))) {
+        st = tdl_error_raise(TDL_ERR_NOMEM, "%s: no memory for the attribute %s", path, key);
+        goto out;
+    }
+    char *text = (char *)(names + num_classes);
+    for (int i = 0; i < num_classes; i++) {
+        json_t *v = json_array_get(a, (size_t)i);
+        names[i] = memcpy(text, json_string_value(v), json_string_length(v) + 1);
+        text += json_string_length(v) + 1;
+    }
+    /* sorted copies side by side show a name given twice */
+    char **sorted = malloc((size_t)num_classes * sizeof(char *));
+    if (!sorted) {
+        st = tdl_error_raise(TDL_ERR_NOMEM, "%s: no memory for the attribute %s", path, key);
+        goto out;
+    }
+    memcpy(sorted, names, (size_t)num_classes * sizeof(char *));
+    qsort(sorted, (size_t)num_classes, sizeof(char *), name_cmp);
+    for (int i = 1; i < num_classes && st == TDL_OK; i++)
+        if (strcasecmp(sorted[i - 1], sorted[i]) == 0)
+            st = tdl_error_raise(TDL_ERR_CORRUPT,
+                                 "%s: the attribute %s names two classes '%s' (ignoring case): "
+                                 "%s",
+                                 path, key, sorted[i], what);
+    free(sorted);
+out:
+    json_decref(a);
+    if (st == TDL_OK)
+        *names_out = names;
+    else
+        free(names);
+    return st;
+}
+
+tdl_status_t train_weights_class_names(const char *path, int num_classes, char ***names_out)
+{
+    char *json = NULL;
+    tdl_status_t st = ckpt_attr_read_string(path, TRAIN_CLASS_NAMES_ATTR, &json);
+    if (st == TDL_ERR_NOT_FOUND) { /* older files, and data sets without names */
+        *names_out = NULL;
+        return TDL_OK;
+    }
+    if (st == TDL_ERR_MISMATCH) /* not a string: ckpt's message names the file and the key */
+        return tdl_error_raise(TDL_ERR_CORRUPT, "%s: it must be a JSON array of strings",
+                               tdl_error_get());
+    if (st != TDL_OK)
+        return st;
+    st = train_class_names_parse(path, json, num_classes, names_out);
+    free(json);
     return st;
 }
 
@@ -173,6 +348,11 @@ tdl_status_t train_weights_config(const char *path, dit_config_t *config_out)
                                "%s: the attribute t_scale is %g: tidal's DiT embeds t * %g and "
                                "would misread this model's time steps",
                                path, t_scale, (double)DIT_T_SCALE);
+    /* optional too; a forged one is refused here, by every loader, not where it is used */
+    char **names = NULL;
+    if ((st = train_weights_class_names(path, c.num_classes, &names)) != TDL_OK)
+        return st;
+    free(names);
     *config_out = c;
     return TDL_OK;
 }
@@ -219,7 +399,7 @@ tdl_status_t train_tensors_read(const char *path, const char *group, const dit_m
 
 /* *be passes to the model once it is made (then *be = NULL). */
 static tdl_status_t weights_load(const char *path, const char *group, int max_batch,
-                                 int max_resolution, struct dit_backend **be,
+                                 int max_resolution, bool inference, struct dit_backend **be,
                                  dit_model_t **model_out)
 {
     dit_config_t c;
@@ -227,8 +407,10 @@ static tdl_status_t weights_load(const char *path, const char *group, int max_ba
     if (st != TDL_OK)
         return st;
     dit_model_t *m;
-    if ((st = dit_model_create_on(&c, max_batch, max_resolution ? max_resolution : c.input_size,
-                                  *be, &m)) != TDL_OK) {
+    int res = max_resolution ? max_resolution : c.input_size;
+    st = inference ? dit_model_create_inference(&c, max_batch, res, *be, &m)
+                   : dit_model_create_on(&c, max_batch, res, *be, &m);
+    if (st != TDL_OK) {
         *be = NULL; /* closed by dit_model_create_on */
         /* a size within the limits may still not fit this machine: say which file asked */
         if (st == TDL_ERR_NOMEM)
@@ -254,7 +436,16 @@ tdl_status_t train_weights_load_on(const char *path, const char *group, int max_
                                    int max_resolution, struct dit_backend *be,
                                    dit_model_t **model_out)
 {
-    tdl_status_t st = weights_load(path, group, max_batch, max_resolution, &be, model_out);
+    tdl_status_t st = weights_load(path, group, max_batch, max_resolution, false, &be, model_out);
+    dit_backend_close(be);
+    return st;
+}
+
+tdl_status_t train_weights_load_inference(const char *path, const char *group, int max_batch,
+                                          int max_resolution, struct dit_backend *be,
+                                          dit_model_t **model_out)
+{
+    tdl_status_t st = weights_load(path, group, max_batch, max_resolution, true, &be, model_out);
     dit_backend_close(be);
     return st;
 }
@@ -340,6 +531,14 @@ tdl_status_t train_checkpoint_info(const char *path, FILE *out)
             (double)m->num_params * 4 / (1 << 20));
     fprintf(out, "  written      %s by tidal %s\n", created ? created : "?",
             version ? version : "?");
+    char **names = NULL;
+    if (train_weights_class_names(path, c->num_classes, &names) == TDL_OK && names) {
+        fprintf(out, "  classes     ");
+        for (int i = 0; i < c->num_classes; i++)
+            fprintf(out, "%s %d %s", i ? "," : "", i, names[i]);
+        fprintf(out, "\n");
+    }
+    free(names);
     int64_t v;
     if (ckpt_attr_read_int(path, "step", &v) == TDL_OK)
         fprintf(out, "  step         %lld\n", (long long)v);

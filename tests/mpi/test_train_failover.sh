@@ -92,12 +92,15 @@ check "two at once: 2 of 4 ranks go on" grep -q "ranks lost at step .* 2 go on" 
 
 # rank 0 writes the checkpoints: its death ends the job, which says so
 start=`date +%s`
-train4 leader train.backward:0:6:KILL
+# at step 10: step 4's checkpoint is on disk by then (one checkpoint is in flight at a time, so
+# step 8's waits for it); killed at step 6, a loaded machine could still be writing step 4's
+train4 leader train.backward:0:10:KILL
 took=$((`date +%s` - start))
 rc=`cat "$dir/leader.rc"`
 check "rank 0 killed: it happened" grep -q "TIDAL_FAULT: SIGKILL" "$dir/leader.out"
 check "rank 0 killed: the job fails (rc=$rc) within 30 s ($took s)" [ "$rc" != 0 ] && [ $took -le 30 ]
 check "rank 0 killed: the survivors say rank 0 died and where the checkpoints are" \
     grep -q "rank 0, which writes the checkpoints, died" "$dir/leader.out"
-check "rank 0 killed: the checkpoint it wrote verifies" verify_ckpts leader
+check "rank 0 killed: the checkpoints it wrote verify (`ls "$dir/leader/ckpt" 2>/dev/null | grep -c '^ckpt-.*\.h5$'`)" verify_ckpts leader
+sed 's/^/# /' "$dir/leader.verify"
 done_testing

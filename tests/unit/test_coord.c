@@ -155,6 +155,85 @@ static void test_request(void)
     coord_free(c);
 }
 
+/* Cancellation at a task boundary, on one executor under edf_best_fit (1 ms prepare, 10 ms a
+ * step): a request waiting with its state on rank 1 is answered cancelled at once and rank 1 told
+ * to drop it; a running one at its task's end (the same DROP), its ranks then free for the next;
+ * one whose DECODE is running is done; a second cancel, or one of a finished request, is
+ * nothing. */
+static const got_t *of_kind(const got_t *g, int n, coord_cmd_kind_t kind)
+{
+    for (int i = 0; i < n; i++)
+        if (g[i].cmd.kind == kind)
+            return &g[i];
+    return NULL;
+}
+
+static void test_cancel(void)
+{
+    coord_t *c = serving(1, "edf_best_fit");
+    got_t g[8];
+    int ha, hb;
+    serve_request_params_t p = req(3, 1.0, 1, 3, 0);
+    coord_request_arrive(c, 0, &p, &ha); /* 0: PREPARE on rank 1 */
+    coord_request_arrive(c, 0, &p, &hb); /* 1: waits for the rank */
+    int n = take(c, g, 8);
+    ok(n == 1 && g[0].cmd.request == 0 && g[0].cmd.task.kind == SERVE_TASK_PREPARE,
+       "request 0 prepares on the one executor, request 1 waits");
+    is_int(coord_request_cancel(c, 0.0005, 0), TDL_OK, "cancel of request 0 while it prepares");
+    is_int(take(c, g, 8), 0, "nothing yet: its task runs");
+    is_int(coord_request_cancel(c, 0.0006, 0), TDL_OK, "a second cancel of it: no effect");
+    coord_task_finished(c, 0.001, 0, true, NULL, 0);
+    n = take(c, g, 8);
+    const got_t *d = of_kind(g, n, COORD_CMD_DROP), *a = of_kind(g, n, COORD_CMD_ANSWER),
+                *tk = of_kind(g, n, COORD_CMD_TASK);
+    ok(n == 3 && d && d->cmd.worker == 1 && d->cmd.request == 0 && d == &g[0],
+       "its PREPARE ends: first, rank 1, which holds its state, is told to drop it");
+    ok(a && a->cmd.request == 0 && a->cmd.cancelled && !a->cmd.ok && !a->cmd.late &&
+           a->cmd.handle == &ha && fabs(a->cmd.finish_s - 0.001) < 1e-12,
+       "answered cancelled, not failed, at the task's end (1 ms)");
+    ok(tk && tk->cmd.request == 1 && tk->ranks[0] == 1, "and request 1 gets rank 1 (%d commands)",
+       n);
+    /* request 1 runs its PREPARE, then a step; cancelled between them it waits with its state */
+    coord_task_finished(c, 0.002, 1, true, NULL, 0);
+    take(c, g, 8); /* its first step */
+    serve_request_params_t urgent = req(3, 1.0, 1, 3, 100);
+    coord_request_arrive(c, 0.0025, &urgent, &ha); /* 2: waits, its deadline first */
+    coord_task_finished(c, 0.012, 1, true, NULL, 0);
+    n = take(c, g, 8);
+    ok(n == 1 && g[0].cmd.request == 2 && g[0].cmd.task.kind == SERVE_TASK_PREPARE,
+       "request 2 (a deadline, so first) prepares while request 1 waits, its state on rank 1");
+    is_int(coord_request_cancel(c, 0.0121, 1), TDL_OK, "cancel of waiting request 1");
+    n = take(c, g, 8);
+    ok(n == 2 && g[0].cmd.kind == COORD_CMD_DROP && g[0].cmd.worker == 1 &&
+           g[1].cmd.kind == COORD_CMD_ANSWER && g[1].cmd.cancelled && g[1].cmd.request == 1,
+       "at once: a DROP to rank 1 and its answer (%d commands)", n);
+    is_int(coord_live(c), 1, "request 2 alone is live");
+    /* request 2 to its DECODE, cancelled while it decodes: done */
+    double t = 0.013;
+    coord_task_finished(c, t, 2, true, NULL, 0);
+    for (int i = 0; i < 3; i++) {
+        take(c, g, 8);
+        t += 0.01;
+        coord_task_finished(c, t, 2, true, NULL, 0);
+    }
+    n = take(c, g, 8);
+    ok(n == 1 && g[0].cmd.task.kind == SERVE_TASK_DECODE, "request 2 decodes");
+    coord_request_cancel(c, t + 0.001, 2);
+    char png[3] = "png";
+    coord_task_finished(c, t + 0.002, 2, true, png, 3);
+    n = take(c, g, 8);
+    ok(n == 1 && g[0].cmd.kind == COORD_CMD_ANSWER && g[0].cmd.ok && !g[0].cmd.cancelled &&
+           g[0].cmd.result == png,
+       "a cancel during the last task loses: the request is done, with its image");
+    is_int(coord_request_cancel(c, t + 0.003, 2), TDL_OK, "a cancel of a finished request");
+    is_int(take(c, g, 8), 0, "gives no command");
+    is_int(coord_request_cancel(c, t, 9), TDL_ERR_INVALID_ARG, "no request 9: refused");
+    coord_stats_t k;
+    coord_stats_get(c, &k);
+    ok(k.cancelled == 2 && k.failed == 0 && k.done == 1, "stats: 2 cancelled, none failed, 1 done");
+    coord_free(c);
+}
+
 static void test_failure_and_deadline(void)
 {
     coord_t *c = serving(1, "static_sp1");
@@ -692,6 +771,7 @@ static void test_training_lost(void)
 int main(void)
 {
     test_request();
+    test_cancel();
     test_failure_and_deadline();
     test_rank_lost();
     test_burst();
