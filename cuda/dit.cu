@@ -275,9 +275,12 @@ static tdl_status_t cu_finish(void *ctx)
     return tdl_gpu_finish(G(ctx));
 }
 
+/* One product of all n rows: cuBLAS picks its kernels by shape too, so on a device an image's
+ * bits may depend on its batch (group, the CPU's products an image, is not honoured here). */
 static void cu_linear_forward(void *ctx, float *out, const float *in, const float *w,
-                              const float *bias, int n, int in_dim, int out_dim)
+                              const float *bias, int n, int in_dim, int out_dim, int group)
 {
+    (void)group;
     if (bias) {
         TDL_LAUNCH(k_bias_rows, GRID((size_t)n * out_dim), TDL_BLOCK, S(ctx), out, bias,
                    (size_t)n, out_dim);

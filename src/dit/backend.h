@@ -27,8 +27,9 @@ typedef struct dit_backend {
     tdl_status_t (*finish)(void *ctx);
 
     /* layers */
+    /* in products of `group` rows (tensor_linear_forward's; a device may make one of all) */
     void (*linear_forward)(void *ctx, float *out, const float *in, const float *w, const float *b,
-                           int n, int in_dim, int out_dim);
+                           int n, int in_dim, int out_dim, int group);
     void (*linear_backward)(void *ctx, float *din, float *dw, float *db, const float *dout,
                             const float *in, const float *w, int n, int in_dim, int out_dim);
     void (*layernorm_forward)(void *ctx, float *out, float *mean, float *rstd, const float *in,

@@ -42,10 +42,10 @@ static tdl_status_t cpu_finish(void *ctx)
 }
 
 static void cpu_linear_forward(void *ctx, float *out, const float *in, const float *w,
-                               const float *b, int n, int in_dim, int out_dim)
+                               const float *b, int n, int in_dim, int out_dim, int group)
 {
     (void)ctx;
-    tensor_linear_forward(out, in, w, b, n, in_dim, out_dim);
+    tensor_linear_forward(out, in, w, b, n, in_dim, out_dim, group);
 }
 
 static void cpu_linear_backward(void *ctx, float *din, float *dw, float *db, const float *dout,

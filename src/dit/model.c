@@ -428,7 +428,7 @@ tdl_status_t dit_model_forward(dit_model_t *m, const float *x, const float *t, c
 
     /* tokens: patch embedding + position (the embedding tables are computed on the host) */
     be->patchify(X, a->patches, image, b, c->in_channels, h, w, p);
-    be->linear_forward(X, a->x0, a->patches, v->patch_w, v->patch_b, bt, pd, d);
+    be->linear_forward(X, a->x0, a->patches, v->patch_w, v->patch_b, bt, pd, d, t_);
     dit_pos_embed(host ? a->pos : m->hpos, gh, gw, d);
     if (!host)
         be->upload(X, a->pos, m->hpos, (size_t)t_ * d);
@@ -438,9 +438,9 @@ tdl_status_t dit_model_forward(dit_model_t *m, const float *x, const float *t, c
     dit_timestep_embedding(host ? a->freq : m->hfreq, t, b);
     if (!host)
         be->upload(X, a->freq, m->hfreq, (size_t)b * DIT_FREQ_DIM);
-    be->linear_forward(X, a->t_h, a->freq, v->t0_w, v->t0_b, b, DIT_FREQ_DIM, d);
+    be->linear_forward(X, a->t_h, a->freq, v->t0_w, v->t0_b, b, DIT_FREQ_DIM, d, 1);
     be->silu_forward(X, a->t_act, a->t_h, (size_t)b * d);
-    be->linear_forward(X, a->t_emb, a->t_act, v->t2_w, v->t2_b, b, d, d);
+    be->linear_forward(X, a->t_emb, a->t_act, v->t2_w, v->t2_b, b, d, d, 1);
     be->embed_labels(X, a->c, a->t_emb, v->label_table, labels, b, d);
     be->silu_forward(X, a->c_silu, a->c, (size_t)b * d);
 
@@ -450,27 +450,27 @@ tdl_status_t dit_model_forward(dit_model_t *m, const float *x, const float *t, c
         const dit_block_view_t *bv = &v->blocks[l];
         block_acts_t *k = &a->blocks[l];
         float *mod = k->mod;
-        be->linear_forward(X, mod, a->c_silu, bv->ada_w, bv->ada_b, b, d, 6 * d);
+        be->linear_forward(X, mod, a->c_silu, bv->ada_w, bv->ada_b, b, d, 6 * d, 1);
         be->layernorm_forward(X, k->ln1, k->ln1_mean, k->ln1_rstd, xin, bt, d);
         be->modulate_forward(X, k->m1, k->ln1, mod, mod + d, 6 * d, b, t_, d);
-        be->linear_forward(X, k->qkv, k->m1, bv->qkv_w, bv->qkv_b, bt, d, 3 * d);
+        be->linear_forward(X, k->qkv, k->m1, bv->qkv_w, bv->qkv_b, bt, d, 3 * d, t_);
         be->attention_forward(X, k->atty, k->att, k->qkv, b, t_, d, nh);
-        be->linear_forward(X, k->attn_out, k->atty, bv->proj_w, bv->proj_b, bt, d, d);
+        be->linear_forward(X, k->attn_out, k->atty, bv->proj_w, bv->proj_b, bt, d, d, t_);
         be->gate_residual_forward(X, k->x1, xin, mod + 2 * d, k->attn_out, 6 * d, b, t_, d);
         be->layernorm_forward(X, k->ln2, k->ln2_mean, k->ln2_rstd, k->x1, bt, d);
         be->modulate_forward(X, k->m2, k->ln2, mod + 3 * d, mod + 4 * d, 6 * d, b, t_, d);
-        be->linear_forward(X, k->fc1, k->m2, bv->fc1_w, bv->fc1_b, bt, d, mh);
+        be->linear_forward(X, k->fc1, k->m2, bv->fc1_w, bv->fc1_b, bt, d, mh, t_);
         be->gelu_forward(X, k->gelu, k->fc1, (size_t)bt * mh);
-        be->linear_forward(X, k->fc2, k->gelu, bv->fc2_w, bv->fc2_b, bt, mh, d);
+        be->linear_forward(X, k->fc2, k->gelu, bv->fc2_w, bv->fc2_b, bt, mh, d, t_);
         be->gate_residual_forward(X, k->out, k->x1, mod + 5 * d, k->fc2, 6 * d, b, t_, d);
         xin = k->out;
     }
 
     /* final layer and unpatchify */
-    be->linear_forward(X, a->modf, a->c_silu, v->final_ada_w, v->final_ada_b, b, d, 2 * d);
+    be->linear_forward(X, a->modf, a->c_silu, v->final_ada_w, v->final_ada_b, b, d, 2 * d, 1);
     be->layernorm_forward(X, a->lnf, a->lnf_mean, a->lnf_rstd, xin, bt, d);
     be->modulate_forward(X, a->mf, a->lnf, a->modf, a->modf + d, 2 * d, b, t_, d);
-    be->linear_forward(X, a->tok, a->mf, v->final_w, v->final_b, bt, d, pd);
+    be->linear_forward(X, a->tok, a->mf, v->final_w, v->final_b, bt, d, pd, t_);
     be->unpatchify(X, host ? out : a->out_dev, a->tok, b, c->in_channels, h, w, p);
     if (!host)
         be->download(X, out, a->out_dev, (size_t)bt * pd);

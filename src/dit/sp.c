@@ -219,25 +219,25 @@ static tdl_status_t sp_pass(const dit_model_t *m, const dit_sp_comm_t *comm, con
     sp_plan(c, &s, &cv, b, T, P);
     tdl_status_t st = TDL_OK;
 
-    /* this rank's tokens: patch embedding and position (one product on one rank, as
+    /* this rank's tokens: patch embedding and position (a product an image, as
      * dit_model_forward) */
     dit_patchify(s.patches, x, b, c->in_channels, h, w, p);
     dit_pos_embed(s.pos, gh, gw, d);
     if (P == 1)
-        tensor_linear_forward(s.xa, s.patches, v->patch_w, v->patch_b, (int)bT, pd, d);
+        tensor_linear_forward(s.xa, s.patches, v->patch_w, v->patch_b, (int)bT, pd, d, T);
     for (int k = 0; k < b; k++) {
         if (P > 1)
             tensor_linear_forward(s.xa + (size_t)k * tl * d,
                                   s.patches + ((size_t)k * T + t0) * pd, v->patch_w, v->patch_b,
-                                  tl, pd, d);
+                                  tl, pd, d, tl);
         for (size_t i = 0; i < (size_t)tl * d; i++)
             s.xa[(size_t)k * tl * d + i] += s.pos[(size_t)t0 * d + i];
     }
     /* conditioning, on every rank */
     dit_timestep_embedding(s.freq, t, b);
-    tensor_linear_forward(s.t_h, s.freq, v->t0_w, v->t0_b, b, DIT_FREQ_DIM, d);
+    tensor_linear_forward(s.t_h, s.freq, v->t0_w, v->t0_b, b, DIT_FREQ_DIM, d, 1);
     dit_silu_forward(s.t_act, s.t_h, (size_t)b * d);
-    tensor_linear_forward(s.t_emb, s.t_act, v->t2_w, v->t2_b, b, d, d);
+    tensor_linear_forward(s.t_emb, s.t_act, v->t2_w, v->t2_b, b, d, d, 1);
     for (int k = 0; k < b; k++)
         for (int j = 0; j < d; j++)
             s.c[(size_t)k * d + j] =
@@ -248,11 +248,11 @@ static tdl_status_t sp_pass(const dit_model_t *m, const dit_sp_comm_t *comm, con
     float *xin = s.xa, *x1 = s.xb;
     for (int l = 0; l < c->depth && st == TDL_OK; l++) {
         const dit_block_view_t *bv = &v->blocks[l];
-        tensor_linear_forward(s.mod, s.c_silu, bv->ada_w, bv->ada_b, b, d, 6 * d);
+        tensor_linear_forward(s.mod, s.c_silu, bv->ada_w, bv->ada_b, b, d, 6 * d, 1);
         dit_layernorm_forward(s.h, s.mean, s.rstd, xin, (int)bl, d);
         dit_modulate_forward(s.h, s.h, s.mod, s.mod + d, 6 * d, b, tl, d);
         float *qkv = s.wide;
-        tensor_linear_forward(qkv, s.h, bv->qkv_w, bv->qkv_b, (int)bl, d, 3 * d);
+        tensor_linear_forward(qkv, s.h, bv->qkv_w, bv->qkv_b, (int)bl, d, 3 * d, tl);
         if (P == 1) {
             dit_attention_forward_tiled(s.y, s.tile, qkv, b, T, d, nh);
         } else {
@@ -269,23 +269,23 @@ static tdl_status_t sp_pass(const dit_model_t *m, const dit_sp_comm_t *comm, con
             sp_unpack_y(s.y, s.recv, b, tl, d, P);
         }
         float *proj = s.h;
-        tensor_linear_forward(proj, s.y, bv->proj_w, bv->proj_b, (int)bl, d, d);
+        tensor_linear_forward(proj, s.y, bv->proj_w, bv->proj_b, (int)bl, d, d, tl);
         dit_gate_residual_forward(x1, xin, s.mod + 2 * d, proj, 6 * d, b, tl, d);
         dit_layernorm_forward(s.h, s.mean, s.rstd, x1, (int)bl, d);
         dit_modulate_forward(s.h, s.h, s.mod + 3 * d, s.mod + 4 * d, 6 * d, b, tl, d);
         float *fc1 = s.wide, *fc2 = s.y;
-        tensor_linear_forward(fc1, s.h, bv->fc1_w, bv->fc1_b, (int)bl, d, mh);
+        tensor_linear_forward(fc1, s.h, bv->fc1_w, bv->fc1_b, (int)bl, d, mh, tl);
         dit_gelu_forward(fc1, fc1, bl * mh);
-        tensor_linear_forward(fc2, fc1, bv->fc2_w, bv->fc2_b, (int)bl, mh, d);
+        tensor_linear_forward(fc2, fc1, bv->fc2_w, bv->fc2_b, (int)bl, mh, d, tl);
         dit_gate_residual_forward(xin, x1, s.mod + 5 * d, fc2, 6 * d, b, tl, d);
         /* the block's output is back in xin */
     }
     const float *tok = s.tok;
     if (st == TDL_OK) {
-        tensor_linear_forward(s.mod, s.c_silu, v->final_ada_w, v->final_ada_b, b, d, 2 * d);
+        tensor_linear_forward(s.mod, s.c_silu, v->final_ada_w, v->final_ada_b, b, d, 2 * d, 1);
         dit_layernorm_forward(s.h, s.mean, s.rstd, xin, (int)bl, d);
         dit_modulate_forward(s.h, s.h, s.mod, s.mod + d, 2 * d, b, tl, d);
-        tensor_linear_forward(s.tok, s.h, v->final_w, v->final_b, (int)bl, d, pd);
+        tensor_linear_forward(s.tok, s.h, v->final_w, v->final_b, (int)bl, d, pd, tl);
         /* every rank gets every token: [rank][b, tl, pd] -> [b, T, pd] */
         if (P > 1 && (st = comm->allgather(comm->ctx, s.tok, s.recv, bl * pd)) == TDL_OK) {
             for (int i = 0; i < P; i++)

@@ -14,14 +14,18 @@ void tensor_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, c
 }
 
 void tensor_linear_forward(float *out, const float *in, const float *weight, const float *bias,
-                           int n, int in_dim, int out_dim)
+                           int n, int in_dim, int out_dim, int group)
 {
     if (bias) {
         for (int i = 0; i < n; i++)
             memcpy(out + (size_t)i * out_dim, bias, (size_t)out_dim * sizeof(float));
     }
-    tensor_gemm(false, true, n, out_dim, in_dim, 1.0f, in, in_dim, weight, in_dim,
-                bias ? 1.0f : 0.0f, out, out_dim);
+    if (group <= 0 || group > n)
+        group = n;
+    for (int r = 0; r < n; r += group)
+        tensor_gemm(false, true, TDL_MIN(group, n - r), out_dim, in_dim, 1.0f,
+                    in + (size_t)r * in_dim, in_dim, weight, in_dim, bias ? 1.0f : 0.0f,
+                    out + (size_t)r * out_dim, out_dim);
 }
 
 void tensor_linear_backward(float *din, float *dweight, float *dbias, const float *dout,

@@ -21,9 +21,15 @@ void tensor_arena_reset(tensor_arena_t *arena);
 /* 64-byte aligned, zeroed; free with free(). */
 float *tensor_alloc(size_t n);
 
-/* out[N,O] = in[N,I] W[O,I]^T (+ bias[O]); W is row-major as in PyTorch's nn.Linear. */
+/* out[N,O] = in[N,I] W[O,I]^T (+ bias[O]); W is row-major as in PyTorch's nn.Linear. In
+ * products of `group` rows each (0: one product of all N; N a multiple of it otherwise): a BLAS
+ * sums a row by the shape of its product (OpenBLAS's Haswell kernels sum the rows past the last
+ * multiple of 12, and products of 1 to 3 rows, differently), so a row's result depends on the
+ * rows beside it unless every product has the same shape. The DiT's forward makes one product
+ * an image (an image's tokens, or one row for its conditioning), so that an image comes out the
+ * same whatever batch it is in. */
 void tensor_linear_forward(float *out, const float *in, const float *weight, const float *bias,
-                           int n, int in_dim, int out_dim);
+                           int n, int in_dim, int out_dim, int group);
 /* din[N,I] += dout W; dweight[O,I] += dout^T in; dbias[O] += column sums of dout. Any of din,
  * dweight, dbias may be NULL. */
 void tensor_linear_backward(float *din, float *dweight, float *dbias, const float *dout,

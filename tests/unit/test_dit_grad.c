@@ -94,7 +94,7 @@ static double layer_loss(void *vctx)
         dit_gelu_forward(c->out, c->in, n);
         break;
     case K_LINEAR:
-        tensor_linear_forward(c->out, c->in, c->w, c->bias, B * T, D, M);
+        tensor_linear_forward(c->out, c->in, c->w, c->bias, B * T, D, M, 0);
         n = (size_t)B * T * M;
         break;
     case K_ATTN:
