@@ -36,7 +36,7 @@ extern const cli_command_t cli_cmd_workload;
 extern const cli_command_t cli_cmd_profile;
 extern const cli_command_t cli_cmd_run;
 /* tidal serve's parameters, which tidal run takes too */
-#define CLI_SERVE_NPARAMS 27
+#define CLI_SERVE_NPARAMS 28
 extern const tdl_param_def_t cli_serve_params[CLI_SERVE_NPARAMS];
 /* the training parameters of tidal train and tidal run (each has its own steps, batch,
  * micro-batch and output ones, whose defaults differ) */

@@ -47,6 +47,10 @@ const tdl_param_def_t cli_serve_params[CLI_SERVE_NPARAMS] = {
      128},
     {"max-batch", TDL_PARAM_INT, "8", "images per forward pass (guided: half as many)", NULL, 2,
      4096},
+    {"batching", TDL_PARAM_BOOL, "true",
+     "alone: requests of one resolution and sampler share the model's passes, joining and "
+     "leaving between steps, up to --max-batch rows (--no-batching: one request at a time)",
+     NULL, 0, 0},
     {"steps", TDL_PARAM_INT, "50", "sampler steps of a request that does not say", NULL, 1,
      SERVE_MAX_STEPS},
     {"cfg", TDL_PARAM_DOUBLE, "4.0", "guidance scale of a request that does not say", NULL, 0,
@@ -215,6 +219,7 @@ static void rank0_opts(tdl_params_t *params, const cli_colocate_t *run, char *po
         .default_cfg = tdl_param_double(params, "cfg"),
         .max_seconds = tdl_param_double(params, "max-seconds"),
         .progress_every = tdl_param_double(params, "progress-every"),
+        .batching = tdl_param_bool(params, "batching"),
         .policy = policy,
         .cost = tdl_param_str(params, "cost"),
         .request_log = tdl_param_str(params, "request-log"),

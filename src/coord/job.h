@@ -37,6 +37,7 @@ typedef struct coord_rank0_opts {
     double default_cfg;
     double max_seconds;    /* 0: until *stop */
     double progress_every; /* 0: no progress lines */
+    bool batching;         /* alone: requests of one resolution share the model's passes */
     /* under mpirun */
     const char *policy; /* a placement policy by name */
     const char *cost;   /* a cost model file (NULL: the built-in one) */

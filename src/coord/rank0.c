@@ -77,75 +77,202 @@ static void job_event(serve_queue_t *q, serve_job_t *job, const char *name, cons
     serve_job_event(q, job, name, json);
 }
 
-/* ---- alone: sampling one request on rank 0 ----------------------------------------------------
- */
+/* ---- alone: rank 0 samples the requests itself, batched a step at a time -------------------
+ * Requests of one resolution and one sampler share the model's passes (dit_sampler_step_batch):
+ * one joins the batch at any step, while its rows fit in --max-batch, and leaves it when its
+ * last step is done, cancelled, or failed. A request of another kind waits, at the head of the
+ * queue, for the batch to empty. Each step of a request is a task of its own (its events, and
+ * the boundary where a cancel takes effect); an image is the same whatever shared its batch. */
 
-static void run_job(dit_model_t *m, serve_queue_t *q, serve_job_t *job)
+typedef struct alone_req {
+    serve_job_t *job;
+    const serve_request_params_t *p;
+    int *labels;
+    float *img;
+    float cfg;
+    int step;
+    double t0;
+} alone_req_t;
+
+typedef struct alone {
+    dit_model_t *m;
+    serve_queue_t *q;
+    bool batching;
+    alone_req_t *a;
+    dit_sample_item_t *items;
+    int n, cap;
+    serve_job_t *held; /* taken from the queue, and then not fitting (a request that came to the
+                        * head between a look at it and the taking) */
+} alone_t;
+
+static int job_rows(const serve_request_params_t *p)
+{
+    return serve_cfg_used(p->label, p->cfg) != 1.0 ? 2 * p->n : p->n;
+}
+
+static void alone_drop(alone_t *al, int i)
+{
+    free(al->a[i].labels);
+    free(al->a[i].img);
+    al->a[i] = al->a[--al->n];
+}
+
+static void alone_fail(alone_t *al, int i, const char *what)
+{
+    char why[SERVE_ERROR_MAX];
+    snprintf(why, sizeof(why), "%s: %s", what, tdl_error_get());
+    TDL_WARN("request %s: %s", al->a[i].p->id, why);
+    serve_job_fail(al->q, al->a[i].job, why);
+    alone_drop(al, i);
+}
+
+/* Whether job may join the batch now (rows: the batch's). */
+static bool alone_fits(const alone_t *al, const serve_request_params_t *p, int rows)
+{
+    if (al->n == 0)
+        return true;
+    const serve_request_params_t *b = al->a[0].p;
+    return al->batching && p->resolution == b->resolution && p->sampler == b->sampler &&
+           rows + job_rows(p) <= al->m->max_batch;
+}
+
+/* Takes job into the batch: its noise (the PREPARE). */
+static void alone_admit(alone_t *al, serve_job_t *job)
 {
     const serve_request_params_t *p = serve_job_params(job);
-    const dit_config_t *c = &m->config;
-    int n = p->n, res = p->resolution;
-    /* an unconditional request gains nothing from guidance: both halves would be the same */
-    dit_sample_opts_t o = {.kind = p->sampler,
-                           .steps = p->steps,
-                           .cfg_scale = (float)serve_cfg_used(p->label, p->cfg),
-                           .seed = p->seed};
-    int *labels = malloc((size_t)n * sizeof(int));
-    float *img = malloc((size_t)n * c->in_channels * res * res * sizeof(float));
-    unsigned char *png = NULL;
-    size_t len = 0;
-    double t0 = tdl_clock_s();
-    tdl_status_t st = TDL_OK;
-    if (!labels || !img)
-        st = tdl_error_raise(TDL_ERR_NOMEM, "out of memory for %d images of %d", n, res);
-    for (int i = 0; st == TDL_OK && i < n; i++)
-        labels[i] = p->label;
-    /* dit_sample's steps one at a time: each a task of one step on rank 0, for the request's
-     * events, and a boundary where a cancel takes effect */
-    bool cancelled = false;
-    if (st == TDL_OK) {
-        job_event(q, job, "task_started", "prepare", 0, 0, -1);
-        dit_sampler_noise(img, n, (size_t)c->in_channels * res * res, o.seed, 0);
-        job_event(q, job, "task_finished", "prepare", 0, 0, tdl_clock_s() - t0);
+    size_t per = (size_t)al->m->config.in_channels * p->resolution * p->resolution;
+    if (al->n == al->cap) {
+        int cap = al->cap ? 2 * al->cap : 8;
+        alone_req_t *a = tdl_realloc(al->a, (size_t)cap * sizeof(*a));
+        if (a)
+            al->a = a;
+        dit_sample_item_t *it = tdl_realloc(al->items, (size_t)cap * sizeof(*it));
+        if (it)
+            al->items = it;
+        if (!a || !it) {
+            serve_job_fail(al->q, job, "out of memory for the batch");
+            return;
+        }
+        al->cap = cap;
     }
-    for (int i = 0; st == TDL_OK && i < p->steps; i++) {
-        if ((cancelled = serve_job_cancel_asked(q, job)))
-            break;
-        double ts = tdl_clock_s();
-        job_event(q, job, "task_started", "step_chunk", 1, i, -1);
-        st = dit_sampler_step(m, img, labels, n, res, res, 1.0f - (float)i / (float)p->steps,
-                              1.0f - (float)(i + 1) / (float)p->steps, o.kind, o.cfg_scale);
-        if (st == TDL_OK)
-            job_event(q, job, "task_finished", "step_chunk", 1, i, tdl_clock_s() - ts);
-    }
-    if (cancelled) {
-        TDL_INFO("request %s: cancelled", p->id);
-        free(labels), free(img);
-        serve_job_cancelled(q, job);
+    alone_req_t *r = &al->a[al->n];
+    *r = (alone_req_t){.job = job,
+                       .p = p,
+                       .labels = malloc((size_t)p->n * sizeof(int)),
+                       .img = malloc((size_t)p->n * per * sizeof(float)),
+                       /* unconditional: guidance would mix two equal halves */
+                       .cfg = (float)serve_cfg_used(p->label, p->cfg),
+                       .t0 = tdl_clock_s()};
+    if (!r->labels || !r->img) {
+        free(r->labels), free(r->img);
+        serve_job_fail(al->q, job, "out of memory for its images");
         return;
     }
-    if (st == TDL_OK) {
-        double td = tdl_clock_s();
-        job_event(q, job, "task_started", "decode", 0, p->steps, -1);
-        int cols = 1;
-        while (cols * cols < n)
-            cols++;
-        st = serve_png_encode(img, n, c->in_channels, res, res, cols, n > 1 ? 2 : 0, &png, &len);
-        if (st == TDL_OK)
-            job_event(q, job, "task_finished", "decode", 0, p->steps, tdl_clock_s() - td);
+    for (int i = 0; i < p->n; i++)
+        r->labels[i] = p->label;
+    job_event(al->q, job, "task_started", "prepare", 0, 0, -1);
+    dit_sampler_noise(r->img, p->n, per, p->seed, 0);
+    job_event(al->q, job, "task_finished", "prepare", 0, 0, tdl_clock_s() - r->t0);
+    al->n++;
+}
+
+/* The last step done: the PNG (the DECODE), the answer. */
+static void alone_finish(alone_t *al, int i)
+{
+    alone_req_t *r = &al->a[i];
+    const serve_request_params_t *p = r->p;
+    double td = tdl_clock_s();
+    job_event(al->q, r->job, "task_started", "decode", 0, p->steps, -1);
+    int cols = 1;
+    while (cols * cols < p->n)
+        cols++;
+    unsigned char *png = NULL;
+    size_t len = 0;
+    if (serve_png_encode(r->img, p->n, al->m->config.in_channels, p->resolution, p->resolution,
+                         cols, p->n > 1 ? 2 : 0, &png, &len) != TDL_OK) {
+        alone_fail(al, i, "encoding failed");
+        return;
     }
-    free(labels), free(img);
-    if (st == TDL_OK) {
-        TDL_INFO("request %s: %d image(s) of %d, label %d, %d steps, cfg %.2f, seed %llu: %.3f s",
-                 p->id, n, res, p->label, p->steps, o.cfg_scale, (unsigned long long)p->seed,
-                 tdl_clock_s() - t0);
-        serve_job_done(q, job, png, len);
-    } else {
-        char why[SERVE_ERROR_MAX];
-        snprintf(why, sizeof(why), "sampling failed: %s", tdl_error_get());
-        TDL_WARN("request %s: %s", p->id, why);
-        serve_job_fail(q, job, why);
+    job_event(al->q, r->job, "task_finished", "decode", 0, p->steps, tdl_clock_s() - td);
+    TDL_INFO("request %s: %d image(s) of %d, label %d, %d steps, cfg %.2f, seed %llu: %.3f s", p->id,
+             p->n, p->resolution, p->label, p->steps, r->cfg, (unsigned long long)p->seed,
+             tdl_clock_s() - r->t0);
+    serve_job_done(al->q, r->job, png, len);
+    alone_drop(al, i);
+}
+
+/* One turn: requests in (admit: from the queue too), cancels out, one step of the batch.
+ * Returns whether there was anything to do. */
+static bool alone_turn(alone_t *al, bool admit)
+{
+    int rows = 0;
+    for (int i = 0; i < al->n; i++)
+        rows += job_rows(al->a[i].p);
+    for (;;) {
+        serve_job_t *job = al->held;
+        al->held = NULL;
+        /* the head joins when it fits; else it waits in the queue, which counts it */
+        serve_request_params_t head;
+        if (!job && admit && al->n && serve_queue_head(al->q, &head) && !alone_fits(al, &head, rows))
+            break;
+        if (!job && (!admit || serve_queue_pop(al->q, al->n ? 0 : 200, &job) != TDL_OK))
+            break;
+        const serve_request_params_t *p = serve_job_params(job);
+        if (!alone_fits(al, p, rows)) {
+            al->held = job;
+            break;
+        }
+        rows += job_rows(p);
+        alone_admit(al, job);
     }
+    for (int i = al->n - 1; i >= 0; i--)
+        if (serve_job_cancel_asked(al->q, al->a[i].job)) {
+            TDL_INFO("request %s: cancelled after %d of %d steps", al->a[i].p->id, al->a[i].step,
+                     al->a[i].p->steps);
+            serve_job_cancelled(al->q, al->a[i].job);
+            alone_drop(al, i);
+        }
+    if (!al->n)
+        return al->held != NULL;
+    double ts = tdl_clock_s();
+    for (int i = 0; i < al->n; i++) {
+        alone_req_t *r = &al->a[i];
+        float steps = (float)r->p->steps;
+        al->items[i] = (dit_sample_item_t){.x = r->img,
+                                           .labels = r->labels,
+                                           .n = r->p->n,
+                                           .t_from = 1.0f - (float)r->step / steps,
+                                           .t_to = 1.0f - (float)(r->step + 1) / steps,
+                                           .cfg_scale = r->cfg};
+        job_event(al->q, r->job, "task_started", "step_chunk", 1, r->step, -1);
+    }
+    serve_queue_observe_batch(al->q, al->n);
+    const serve_request_params_t *b = al->a[0].p;
+    if (dit_sampler_step_batch(al->m, al->items, al->n, b->resolution, b->resolution,
+                               b->sampler) != TDL_OK) {
+        while (al->n)
+            alone_fail(al, al->n - 1, "sampling failed");
+        return true;
+    }
+    double took = tdl_clock_s() - ts;
+    for (int i = al->n - 1; i >= 0; i--) {
+        alone_req_t *r = &al->a[i];
+        job_event(al->q, r->job, "task_finished", "step_chunk", 1, r->step, took);
+        if (++r->step == r->p->steps)
+            alone_finish(al, i);
+    }
+    return true;
+}
+
+/* What is left at the end: the batch's requests run to their end (as the one request being
+ * sampled did), and the one held back. */
+static void alone_drain(alone_t *al)
+{
+    while (alone_turn(al, false))
+        ;
+    free(al->a);
+    free(al->items);
+    al->a = NULL, al->items = NULL;
 }
 
 /* ---- rank 0 with executors: the coordinator's edges -------------------------------------------
@@ -464,6 +591,7 @@ tdl_status_t coord_rank0_run(const coord_rank0_opts_t *o, int world, dit_model_t
 
     *bad_input = false;
     rank0_t r = {.d = d};
+    alone_t al = {0};
     serve_http_t *http = NULL;
     trace_run_t tr;
     memset(&tr, 0, sizeof(tr));
@@ -477,6 +605,7 @@ tdl_status_t coord_rank0_run(const coord_rank0_opts_t *o, int world, dit_model_t
     }
     if ((st = serve_queue_create(o->queue_max, o->keep_results, &r.q)) != TDL_OK)
         goto out;
+    al = (alone_t){.m = m, .q = r.q, .batching = o->batching};
     if (d) {
         if (o->request_log && !(r.log = fopen(o->request_log, "w"))) {
             st = tdl_error_raise(TDL_ERR_IO, "--request-log %s: %s", o->request_log,
@@ -541,9 +670,7 @@ tdl_status_t coord_rank0_run(const coord_rank0_opts_t *o, int world, dit_model_t
             break;
         }
         if (!d) {
-            serve_job_t *job;
-            if (serve_queue_pop(r.q, 200, &job) == TDL_OK)
-                run_job(m, r.q, job);
+            alone_turn(&al, true);
         } else {
             int got = 0;
             if ((st = turn(&r, true, &got)) != TDL_OK)
@@ -587,13 +714,16 @@ tdl_status_t coord_rank0_run(const coord_rank0_opts_t *o, int world, dit_model_t
         coord_training_t t = {0};
         if (r.co)
             coord_training_get(r.co, &t);
-        if (o->exit_after_trace && trace_over && k->done + k->failed >= k->submitted &&
+        if (o->exit_after_trace && trace_over &&
+            k->done + k->failed + k->cancelled >= k->submitted &&
             (!t.colocated || t.done || (t.orphaned && t.serving == 0))) {
             why = "the trace is done";
             break;
         }
     }
     ok = true;
+    if (!d) /* alone: the batch's requests finish, as the one being sampled did */
+        alone_drain(&al);
     coord_training_t t = {0};
     if (r.co)
         coord_training_get(r.co, &t);
@@ -606,6 +736,8 @@ tdl_status_t coord_rank0_run(const coord_rank0_opts_t *o, int world, dit_model_t
     printf("tidal serve: stopping (%s)\n", why);
     fflush(stdout);
 out:
+    free(al.a); /* (alone_drain emptied them where the loop ended) */
+    free(al.items);
     char err[1024]; /* kept past the clean-up below */
     snprintf(err, sizeof(err), "%s", st != TDL_OK ? tdl_error_get() : "");
     if (tr.started) {

@@ -669,6 +669,19 @@ static http_result_t handle_metrics(serve_http_t *h, struct MHD_Connection *c, c
                     hists[i].name, res, (unsigned long long)hs->count);
         }
     }
+    fprintf(f, "# HELP tidal_batch_size Requests a denoising step took through the model "
+               "together.\n# TYPE tidal_batch_size histogram\n");
+    uint64_t cum = 0;
+    for (int b = 0; b < SERVE_BATCH_BUCKETS; b++) {
+        cum += s.batch_buckets[b];
+        fprintf(f, "tidal_batch_size_bucket{le=\"%d\"} %llu\n", serve_batch_bounds[b],
+                (unsigned long long)cum);
+    }
+    cum += s.batch_buckets[SERVE_BATCH_BUCKETS];
+    fprintf(f, "tidal_batch_size_bucket{le=\"+Inf\"} %llu\ntidal_batch_size_sum %llu\n"
+               "tidal_batch_size_count %llu\n",
+            (unsigned long long)cum, (unsigned long long)s.batch_sum,
+            (unsigned long long)s.batch_count);
     fprintf(f, "# HELP tidal_ranks Ranks by role (alone, rank 0 coordinates and serves).\n"
                "# TYPE tidal_ranks gauge\n");
     for (int r = 0; r < SERVE_ROLE_COUNT; r++)

@@ -16,6 +16,7 @@
 #define LATENCIES_KEPT (1u << 20)
 
 const int serve_res_values[SERVE_NRES] = {32, 64, 128};
+const int serve_batch_bounds[SERVE_BATCH_BUCKETS] = {1, 2, 4, 8, 16, 32, 64};
 
 int serve_res_index(int resolution)
 {
@@ -428,6 +429,16 @@ tdl_status_t serve_queue_pop(serve_queue_t *q, int timeout_ms, serve_job_t **job
     return TDL_OK;
 }
 
+bool serve_queue_head(serve_queue_t *q, serve_request_params_t *params_out)
+{
+    pthread_mutex_lock(&q->lock);
+    bool any = q->wait_head != NULL;
+    if (any)
+        *params_out = q->wait_head->info.params;
+    pthread_mutex_unlock(&q->lock);
+    return any;
+}
+
 const serve_request_params_t *serve_job_params(const serve_job_t *job)
 {
     return &job->info.params;
@@ -552,6 +563,18 @@ void serve_job_cancelled(serve_queue_t *q, serve_job_t *j)
     q->nrunning--;
     job_finish(q, j, SERVE_STATE_CANCELLED, "cancelled while running");
     job_unref(j);
+    pthread_mutex_unlock(&q->lock);
+}
+
+void serve_queue_observe_batch(serve_queue_t *q, int requests)
+{
+    int b = 0;
+    while (b < SERVE_BATCH_BUCKETS && requests > serve_batch_bounds[b])
+        b++;
+    pthread_mutex_lock(&q->lock);
+    q->stats.batch_buckets[b]++;
+    q->stats.batch_count++;
+    q->stats.batch_sum += (uint64_t)TDL_MAX(requests, 0);
     pthread_mutex_unlock(&q->lock);
 }
 

@@ -128,6 +128,10 @@ typedef struct serve_hist {
     double sum;
 } serve_hist_t;
 
+/* Upper bounds of the batch-size histogram, in requests (+Inf follows). */
+#define SERVE_BATCH_BUCKETS 7
+extern const int serve_batch_bounds[SERVE_BATCH_BUCKETS]; /* 1, 2, 4, 8, 16, 32, 64 */
+
 /* The resolutions the histograms are labelled with (a request's, rounded up to one of them). */
 #define SERVE_NRES 3
 extern const int serve_res_values[SERVE_NRES]; /* 32, 64, 128 */
@@ -140,6 +144,8 @@ typedef struct serve_stats {
     serve_hist_t latency[SERVE_NRES];    /* arrival to finish, done requests */
     serve_hist_t queue_wait[SERVE_NRES]; /* arrival to start */
     serve_hist_t run[SERVE_NRES];        /* start to finish */
+    /* requests a batched step took together (alone; serve_queue_observe_batch) */
+    uint64_t batch_buckets[SERVE_BATCH_BUCKETS + 1], batch_count, batch_sum;
     int ranks[SERVE_ROLE_COUNT];
 } serve_stats_t;
 
@@ -178,6 +184,8 @@ void serve_queue_count_rejected(serve_queue_t *queue, serve_source_t source);
  * TDL_ERR_CANCELED: the queue is closed. */
 tdl_status_t serve_queue_pop(serve_queue_t *queue, int timeout_ms, serve_job_t **job_out);
 const serve_request_params_t *serve_job_params(const serve_job_t *job);
+/* Whether a request waits; *params_out: that of the one serve_queue_pop would take next. */
+bool serve_queue_head(serve_queue_t *queue, serve_request_params_t *params_out);
 /* When it was submitted (tdl_clock_s). */
 double serve_job_submit_s(const serve_job_t *job);
 /* A number of the runner's own for the job (the coordinator's request number). */
@@ -204,6 +212,9 @@ int serve_queue_take_cancels(serve_queue_t *queue, serve_job_t **jobs, int max);
 bool serve_job_cancel_asked(serve_queue_t *queue, serve_job_t *job);
 /* Finishes a running job as cancelled (its ranks and state are free again). */
 void serve_job_cancelled(serve_queue_t *queue, serve_job_t *job);
+
+/* A step that took `requests` requests together through the model. */
+void serve_queue_observe_batch(serve_queue_t *queue, int requests);
 
 /* Progress events, as Server-Sent Events blocks ("event: NAME\ndata: JSON\n\n"). The queue
  * writes queued, started and the end (done, failed, cancelled); a runner adds what it does

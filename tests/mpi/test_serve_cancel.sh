@@ -106,12 +106,13 @@ for mode in alone mpi; do
             --policy edf_best_fit --chunk 1 --event-log "$dir/mpi.elog"
     fi
     m="$mode:"
-    # two long requests on every executor, then two more that queue behind them
+    # a long request on every executor (8 images: alone, they fill the batch's 8 rows), then
+    # one that waits behind them
     busy=1
     [ $mode = mpi ] && busy=2
     i=0
     while [ $i -lt $busy ]; do
-        code POST /v1/images "{\"id\": \"$mode-run$i\", \"steps\": 1000, \"seed\": $i}" >/dev/null
+        code POST /v1/images "{\"id\": \"$mode-run$i\", \"steps\": 1000, \"n\": 8, \"seed\": $i}" >/dev/null
         i=$((i + 1))
     done
     code POST /v1/images "{\"id\": \"$mode-q\", \"steps\": 1000, \"seed\": 9}" >/dev/null
