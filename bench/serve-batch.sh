@@ -1,14 +1,14 @@
 # bench/run serve-batch: sourced by bench/run, whose helpers it uses (see bench/README.md).
 # shellcheck shell=bash disable=SC2034,SC2154 # the harness sets the globals these use
 #
-# Issue 23's benchmark of serving as clients expect it. This half measures what a server costs
-# before it serves: its peak resident memory (VmHWM after 128x128 requests that fill
-# --max-batch 8) and the time from its launch to the first 200 of /healthz, with the default
-# model. Still to come (the batched denoising): throughput at saturation at 32 and 64, batched
-# against unbatched, and p50 latency at 30% load (batch_throughput_ratio_32,
-# batch_throughput_ratio_64, batch_p50_ratio_low_load).
+# Issue 23's benchmark of serving as clients expect it: what a server costs before it serves (its
+# peak resident memory, VmHWM after 128x128 requests that fill --max-batch 8, and the time from
+# its launch to the first 200 of /healthz, with the default model), and what batched denoising
+# buys alone: throughput at saturation at 32 and 64 px and p50 latency at 30% load, batched
+# against --no-batching, in the same run. Under mpirun the executors do not batch yet: that
+# half is still to come.
 
-bm_serve_batch() { # tidal serve's peak resident memory and start-up time to /healthz (default model, --max-batch 8, --max-resolution 128); batched throughput to come
+bm_serve_batch() { # tidal serve's peak resident memory and start-up time to /healthz (default model, --max-batch 8, --max-resolution 128); batched against unbatched throughput and low-load p50, alone
     bench_build src/tidal
     local tidal=$builddir/src/tidal work rounds=3 nreq=3 r res
     [ -n "$quick" ] && rounds=1 nreq=1
@@ -35,6 +35,7 @@ bm_serve_batch() { # tidal serve's peak resident memory and start-up time to /he
                 serve_batch_round "$r" "$res" || bench_failed+=("tidal serve, round $r, $res")
             done
         done
+        serve_batch_throughput
         rm -rf "$work"
     fi
     bench_launch="one tidal serve process (no mpirun), OPENBLAS_NUM_THREADS=1, the fmnist DiT of a 2-step tidal train, --max-batch 8"
@@ -45,6 +46,23 @@ bm_serve_batch() { # tidal serve's peak resident memory and start-up time to /he
     bench_headline serve_peak_rss_mib_max_res_32 "$(csv_agg max peak_rss_mib 'max_resolution == 32')"
     bench_target "tidal serve's peak resident memory, default model, --max-batch 8 --max-resolution 128, after 128x128 requests" serve_peak_rss_mib '<' 200
     bench_target "seconds from the launch of tidal serve to its first /healthz 200" serve_startup_s '<' 1
+    local tcsv=$results/$bench_name.throughput.csv k2 v
+    if [ -s "$tcsv" ]; then
+        while read -r k2 v; do bench_headline "$k2" "$v"; done < <(awk -F, '
+            NR > 1 { key = $1 "," $2 "," $3; rate[key] = $6; p50[key] = $7 }
+            END {
+                for (r = 32; r <= 64; r *= 2) {
+                    b = rate["saturation," r ",batched"]; u = rate["saturation," r ",unbatched"]
+                    if (u > 0) printf "batch_throughput_ratio_%d %.3f\n", r, b / u
+                    if (u > 0) printf "unbatched_requests_per_s_%d %.3f\nbatched_requests_per_s_%d %.3f\n", r, u, r, b
+                }
+                b = p50["low," 32 ",batched"]; u = p50["low," 32 ",unbatched"]
+                if (u > 0) printf "batch_p50_ratio_low_load %.3f\nunbatched_p50_s_low_load %.4f\n", b / u, u
+            }' "$tcsv")
+        bench_target "batched throughput at saturation, 32 px, against --no-batching" batch_throughput_ratio_32 '>=' 2
+        bench_target "batched throughput at saturation, 64 px, against --no-batching" batch_throughput_ratio_64 '>=' 1.3
+        bench_target "p50 latency at 30% load, 32 px, batched over --no-batching" batch_p50_ratio_low_load '<=' 1.1
+    fi
     bench_table round max_resolution startup_s rss_healthz_mib peak_rss_mib activations_mib requests
     bench_note "start-up: from the launch to the first 200 of /healthz, polled every 10 ms with" \
         "curl; the program itself is run, not libtool's wrapper script; the median of the rounds"
@@ -54,9 +72,12 @@ bm_serve_batch() { # tidal serve's peak resident memory and start-up time to /he
     bench_note "with CUDA built in, every tidal process holds about 150 MiB of libcublasLt, GPU or" \
         "not (its 90 MiB of zeroed data and the code its loading touches): compare" \
         "serve_peak_rss_mib_max_res_32 with a build configured --without-cuda"
-    bench_note "still to come here: batched against unbatched throughput at 32 and 64 and p50" \
-        "latency at 30% load (batch_throughput_ratio_32, batch_throughput_ratio_64," \
-        "batch_p50_ratio_low_load)"
+    bench_note "throughput ($bench_name.throughput.csv): one tidal serve alone, --max-batch 16," \
+        "a trace of requests all at 0 ms (20 Heun steps, guidance 4, labels 0-9: 2 rows a" \
+        "request, up to 8 requests a pass), --exit-after-trace, batched and --no-batching in" \
+        "turn; low load: a Poisson trace at 30% of the --no-batching rate just measured, at 32" \
+        "px. On a CPU one BLAS thread keeps its core busy with one image's products, so batching" \
+        "saves only the per-pass costs; the batch under mpirun (executors) is still to come"
     awk -F, 'NR > 1 { s[$2] = s[$2] " " $4; p[$2] = ($5 + 0 > p[$2] + 0 ? $5 : p[$2]) }
              END { print "max_resolution,rss_healthz_mib,peak_rss_mib"
                    for (r in p) { split(s[r], a, " "); print r "," a[1] "," p[r] } }' \
@@ -124,3 +145,58 @@ serve_batch_round() {
         >>"$bench_csv"
     [ "$done_n" = "$nreq" ]
 }
+
+# serve_batch_throughput: saturation at 32 and 64 px and low load at 32, batched and not; rows
+# in $results/$bench_name.throughput.csv (what,res,mode,requests,seconds,requests_per_s,p50_s).
+serve_batch_throughput() {
+    local tcsv=$results/$bench_name.throughput.csv res mode n rate line
+    echo "what,res,mode,requests,seconds,requests_per_s,p50_s" >"$tcsv"
+    for res in 32 64; do
+        n=48 && [ "$res" = 64 ] && n=16
+        [ -n "$quick" ] && n=$((n / 2))
+        /usr/bin/python3 - "$work/sat$res.jsonl" "$n" "$res" <<'PY'
+import json, sys
+path, n, res = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+with open(path, "w") as f:
+    for i in range(n):
+        f.write(json.dumps({"at_ms": 0, "label": i % 10, "resolution": res, "steps": 20,
+                            "cfg": 4, "seed": 1000 + i}) + "\n")
+PY
+        for mode in unbatched batched; do
+            say "saturation at $res px, $mode: $n requests at once"
+            serve_batch_trace saturation "$res" "$mode" "$work/sat$res.jsonl" "$n" >>"$tcsv" ||
+                bench_failed+=("saturation $res $mode")
+        done
+    done
+    rate=$(awk -F, '$1 == "saturation" && $2 == 32 && $3 == "unbatched" { print $6 }' "$tcsv")
+    [ -n "$rate" ] || return 0
+    n=40 && [ -n "$quick" ] && n=20
+    /usr/bin/python3 - "$work/low.jsonl" "$n" "$rate" <<'PY'
+import json, random, sys
+path, n, rate = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+rng, t = random.Random(23), 0.0
+with open(path, "w") as f:
+    for i in range(n):
+        t += rng.expovariate(0.3 * rate)
+        f.write(json.dumps({"at_ms": int(t * 1000), "label": i % 10, "resolution": 32,
+                            "steps": 20, "cfg": 4, "seed": 2000 + i}) + "\n")
+PY
+    for mode in unbatched batched; do
+        say "30% load at 32 px ($(awk -v r="$rate" 'BEGIN { printf "%.2f", 0.3 * r }') requests/s), $mode"
+        serve_batch_trace low 32 "$mode" "$work/low.jsonl" "$n" >>"$tcsv" || bench_failed+=("low load $mode")
+    done
+}
+
+# serve_batch_trace WHAT RES MODE TRACE N: one server through the trace, its CSV row.
+serve_batch_trace() {
+    local out=$work/$1-$2-$3 flag=""
+    [ "$3" = unbatched ] && flag=--no-batching
+    OPENBLAS_NUM_THREADS=1 "$tidal" serve --ckpt "$work/run/model.h5" --listen none \
+        --trace "$4" --exit-after-trace --max-batch 16 --max-resolution 64 --progress-every 0 \
+        $flag >"$out.out" 2>&1 || { cat "$out.out" >>"$bench_log"; return 1; }
+    cat "$out.out" >>"$bench_log"
+    sed -n 's/.*trace: \([0-9]*\) requests, \([0-9]*\) done, .* in \([0-9.]*\) s (\([0-9.]*\) done\/s); latency p50 \([0-9.]*\) s.*/\2 \3 \4 \5/p' "$out.out" |
+        awk -v w="$1" -v r="$2" -v m="$3" -v n="$5" '$1 == n { printf "%s,%s,%s,%s,%s,%s,%s\n", w, r, m, $1, $2, $3, $4; ok = 1 }
+            END { exit !ok }'
+}
+
