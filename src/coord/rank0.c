@@ -183,13 +183,11 @@ static void alone_finish(alone_t *al, int i)
     const serve_request_params_t *p = r->p;
     double td = tdl_clock_s();
     job_event(al->q, r->job, "task_started", "decode", 0, p->steps, -1);
-    int cols = 1;
-    while (cols * cols < p->n)
-        cols++;
     unsigned char *png = NULL;
     size_t len = 0;
     if (serve_png_encode(r->img, p->n, al->m->config.in_channels, p->resolution, p->resolution,
-                         cols, p->n > 1 ? 2 : 0, &png, &len) != TDL_OK) {
+                         serve_grid_cols(p->n), p->n > 1 ? SERVE_GRID_PAD : 0, &png,
+                         &len) != TDL_OK) {
         alone_fail(al, i, "encoding failed");
         return;
     }

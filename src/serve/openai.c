@@ -341,11 +341,8 @@ static json_t *openai_images(const serve_request_info_t *info, const unsigned ch
     if (n == 1) {
         pngs[0] = (unsigned char *)png, lens[0] = info->png_len;
     } else {
-        /* the grid of serve_task_decode: the smallest square one, tiles 2 pixels apart */
-        int cols = 1;
-        while (cols * cols < n)
-            cols++;
-        if (serve_png_split_grid(png, info->png_len, n, res, res, cols, 2, pngs, lens) != TDL_OK)
+        if (serve_png_split_grid(png, info->png_len, n, res, res, serve_grid_cols(n),
+                                 SERVE_GRID_PAD, pngs, lens) != TDL_OK)
             return openai_fail(code, 500, NULL, "request %s: %s", info->params.id, tdl_error_get());
     }
     json_t *data = json_array();

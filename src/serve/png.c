@@ -164,6 +164,14 @@ static int png_encode_canvas(const png_grid_t *g, const uint8_t *canvas, png_mem
     return 0;
 }
 
+int serve_grid_cols(int n)
+{
+    int cols = 1;
+    while (cols * cols < n)
+        cols++;
+    return cols;
+}
+
 tdl_status_t serve_png_encode(const float *images, int n, int channels, int height, int width,
                               int ncols, int pad, unsigned char **png_out, size_t *len_out)
 {

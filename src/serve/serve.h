@@ -310,6 +310,10 @@ tdl_status_t serve_png_write_grid(const char *path, const float *images, int n, 
                                   int height, int width, int ncols, int pad);
 
 /* The same PNG into memory: *png_out (free it with free()) of *len_out bytes. */
+/* The grid a request's n images make in its PNG: the smallest square one (its columns), tiles
+ * SERVE_GRID_PAD pixels apart (none for one image). */
+#define SERVE_GRID_PAD 2
+int serve_grid_cols(int n);
 tdl_status_t serve_png_encode(const float *images, int n, int channels, int height, int width,
                               int ncols, int pad, unsigned char **png_out, size_t *len_out);
 

@@ -186,10 +186,9 @@ tdl_status_t serve_task_decode(serve_traj_t *t, int ncols)
     free(t->png);
     t->png = NULL;
     if (ncols <= 0)
-        for (ncols = 1; ncols * ncols < t->n; ncols++)
-            ;
-    return serve_png_encode(t->x, t->n, t->channels, t->res, t->res, ncols, t->n > 1 ? 2 : 0,
-                            &t->png, &t->png_len);
+        ncols = serve_grid_cols(t->n);
+    return serve_png_encode(t->x, t->n, t->channels, t->res, t->res, ncols,
+                            t->n > 1 ? SERVE_GRID_PAD : 0, &t->png, &t->png_len);
 }
 
 /* ---- the state between tasks, as bytes ---------------------------------------------------- */
