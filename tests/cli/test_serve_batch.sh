@@ -18,18 +18,10 @@ tiny_ckpt "$dir/run"
 ckpt="$dir/run/model.h5"
 check "a tiny checkpoint to serve" [ -s "$ckpt" ]
 
-serve_bg() { # NAME ARGS...: tidal serve on a free port; sets $pid and $base
-    name=$1; shift
-    "$TIDAL" serve --ckpt "$ckpt" --listen 127.0.0.1:0 --max-resolution 64 --progress-every 0 \
-        "$@" >"$dir/$name.out" 2>"$dir/$name.err" &
-    pid=$!
-    pids="$pids $pid"
-    port="" n=0
-    while [ -z "$port" ] && [ $n -lt 600 ] && kill -0 $pid 2>/dev/null; do
-        port=`sed -n 's/.*listening on http:\/\/[^ ]*:\([0-9][0-9]*\).*/\1/p' "$dir/$name.out"`
-        sleep 0.1; n=$((n + 1))
-    done
-    base="http://127.0.0.1:$port"
+serve64() { # NAME ARGS...: tidal serve (up to 64 px) on a free port; sets $pid and $base
+    s64_name=$1; shift
+    serve_bg "$s64_name" "$TIDAL" serve --ckpt "$ckpt" --listen 127.0.0.1:0 --max-resolution 64 \
+        --progress-every 0 "$@"
 }
 # the requests: id, then the body's fields (32 px unless said)
 requests() {
@@ -68,11 +60,11 @@ send_all() { # MODE: every request, ten at once, then five while they run; PNGs 
     done
 }
 
-serve_bg one --no-batching
+serve64 one --no-batching
 send_all one
 curl -s "$base/metrics" >"$dir/one.metrics"
 kill -TERM $pid; wait $pid
-serve_bg many
+serve64 many
 send_all many
 curl -s "$base/metrics" >"$dir/many.metrics"
 curl -s -N "$base/v1/images/late-n/events" >"$dir/late.ev"

@@ -22,27 +22,9 @@ ckpt="$dir/run/model.h5"
 # start_server NAME ARGS...: tidal serve on a port it picks (--listen 127.0.0.1:0) and prints;
 # sets $pid and $base, and waits until /healthz answers.
 start_server() {
-    name=$1; shift
-    : >"$dir/$name.out"
-    "$TIDAL" serve --ckpt "$ckpt" --listen 127.0.0.1:0 --max-resolution 32 --progress-every 0 \
-        "$@" >"$dir/$name.out" 2>"$dir/$name.err" &
-    pid=$!
-    pids="$pids $pid"
-    port="" n=0
-    while [ $n -lt 300 ]; do
-        port=`sed -n 's/.*listening on http:\/\/[^ ]*:\([0-9][0-9]*\).*/\1/p' "$dir/$name.out"`
-        [ -n "$port" ] && break
-        kill -0 $pid 2>/dev/null || break
-        sleep 0.1; n=$((n + 1))
-    done
-    base="http://127.0.0.1:$port"
-    n=0
-    while [ -n "$port" ] && [ $n -lt 100 ]; do
-        [ "`curl -s $base/healthz`" = ok ] && return 0
-        sleep 0.1; n=$((n + 1))
-    done
-    sed 's/^/# stderr: /' "$dir/$name.err" | tail -n 20
-    return 1
+    ss_name=$1; shift
+    serve_bg "$ss_name" "$TIDAL" serve --ckpt "$ckpt" --listen 127.0.0.1:0 --max-resolution 32 \
+        --progress-every 0 "$@"
 }
 
 # stop_server PID: SIGTERM, then its exit status in $rc

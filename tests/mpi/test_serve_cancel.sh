@@ -23,20 +23,6 @@ tiny_ckpt "$dir/run"
 ckpt="$dir/run/model.h5"
 check "a tiny checkpoint to serve" [ -s "$ckpt" ]
 
-serve_bg() { # NAME CMD...: starts CMD, sets $pid and $base once /healthz answers
-    name=$1; shift
-    "$@" >"$dir/$name.out" 2>"$dir/$name.err" &
-    pid=$!
-    pids="$pids $pid"
-    port="" n=0
-    while [ -z "$port" ] && [ $n -lt 600 ] && kill -0 $pid 2>/dev/null; do
-        port=`sed -n 's/.*listening on http:\/\/[^ ]*:\([0-9][0-9]*\).*/\1/p' "$dir/$name.out"`
-        sleep 0.1; n=$((n + 1))
-    done
-    base="http://127.0.0.1:$port"
-    n=0
-    while [ $n -lt 100 ] && [ "`curl -s $base/healthz`" != ok ]; do sleep 0.1; n=$((n + 1)); done
-}
 code() { # METHOD PATH [BODY]: the HTTP code; the body in $dir/body
     curl -s -o "$dir/body" -w '%{http_code}' -X "$1" ${3:+-d "$3"} "$base$2"
 }

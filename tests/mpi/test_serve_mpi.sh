@@ -34,18 +34,6 @@ for sp in 1 2 2c; do
 done
 
 # one request over HTTP, the same from one process and from an executor rank
-serve_bg() { # NAME CMD...: starts CMD, sets $base from its "listening on" line
-    name=$1; shift
-    "$@" >"$dir/$name.out" 2>"$dir/$name.err" &
-    pid=$!
-    pids="$pids $pid"
-    port="" n=0
-    while [ -z "$port" ] && [ $n -lt 600 ]; do
-        port=`sed -n 's/.*listening on http:\/\/[^ ]*:\([0-9][0-9]*\).*/\1/p' "$dir/$name.out"`
-        sleep 0.1; n=$((n + 1))
-    done
-    base="http://127.0.0.1:$port"
-}
 body='{"label": 7, "n": 2, "resolution": 32, "steps": 4, "cfg": 2.0, "seed": 11, "sampler": "euler"}'
 serve_bg one "$TIDAL" serve --ckpt "$ckpt" --listen 127.0.0.1:0 --max-resolution 32 --progress-every 0
 curl -s -o "$dir/one.png" -w '%{http_code}' -d "$body" "$base/v1/images?wait=1" >"$dir/one.code"
