@@ -532,10 +532,13 @@ static void print_latency(const char *what, serve_queue_t *q, serve_source_t src
     size_t nl = 0;
     if (serve_queue_latencies(q, src, &lat, &nl) != TDL_OK)
         nl = 0;
-    printf("tidal serve: %s: %llu requests, %llu done, %llu failed, %llu rejected in %.1f s "
+    char cancelled[48] = "";
+    if (k->cancelled)
+        snprintf(cancelled, sizeof(cancelled), ", %llu cancelled", (unsigned long long)k->cancelled);
+    printf("tidal serve: %s: %llu requests, %llu done, %llu failed, %llu rejected%s in %.1f s "
            "(%.2f done/s); latency p50 %.3f s, p95 %.3f s, p99 %.3f s; %llu SLO violations\n",
            what, (unsigned long long)(k->submitted + k->rejected), (unsigned long long)k->done,
-           (unsigned long long)k->failed, (unsigned long long)k->rejected, elapsed,
+           (unsigned long long)k->failed, (unsigned long long)k->rejected, cancelled, elapsed,
            elapsed > 0 ? (double)k->done / elapsed : 0.0, serve_quantile(lat, nl, 0.50),
            serve_quantile(lat, nl, 0.95), serve_quantile(lat, nl, 0.99),
            (unsigned long long)k->slo_violations);
