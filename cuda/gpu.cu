@@ -1,6 +1,8 @@
 // One rank's GPU: its stream, its cuBLAS handle, device memory and copies (cuda/kernel.h).
 // Compiled by nvcc into libtidal; compiled as host C++ with -DTDL_CUDA_EMULATE, the same calls
 // run on host memory and OpenBLAS, for the CPU tests of the kernels.
+#include "config.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,6 +115,54 @@ extern "C" void tdl_gpu_gemm(tdl_gpu_t *gpu, bool trans_a, bool trans_b, int m, 
 #else /* nvcc */
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <pthread.h>
+
+/* cuBLAS is opened when a GPU is, not linked: loading libcublas (and its libcublasLt) costs
+ * every process about 150 MiB of resident memory, a CPU-only tidal serve most of its footprint.
+ * The six functions tidal calls, by their exported names. */
+static struct {
+    decltype(&cublasCreate_v2) create;
+    decltype(&cublasDestroy_v2) destroy;
+    decltype(&cublasSetStream_v2) set_stream;
+    decltype(&cublasSetMathMode) set_math_mode;
+    decltype(&cublasSgemm_v2) sgemm;
+    decltype(&cublasSgemmStridedBatched) sgemm_strided;
+    char error[400];
+} cb;
+static pthread_once_t cb_once = PTHREAD_ONCE_INIT;
+
+#define TDL_STR_(x) #x
+#define TDL_STR(x) TDL_STR_(x)
+
+static void cublas_load(void)
+{
+    const char *names[] = {
+#ifdef TIDAL_CUDA_LIBDIR
+        TIDAL_CUDA_LIBDIR "/libcublas.so." TDL_STR(CUBLAS_VER_MAJOR),
+#endif
+        "libcublas.so." TDL_STR(CUBLAS_VER_MAJOR), "libcublas.so"};
+    void *h = NULL;
+    for (size_t i = 0; !h && i < sizeof(names) / sizeof(names[0]); i++)
+        h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(cb.error, sizeof(cb.error), "cannot load cuBLAS %d (%s): install the CUDA "
+                 "toolkit's libcublas, or run with --device cpu", CUBLAS_VER_MAJOR, dlerror());
+        return;
+    }
+    cb.create = (decltype(cb.create))dlsym(h, "cublasCreate_v2");
+    cb.destroy = (decltype(cb.destroy))dlsym(h, "cublasDestroy_v2");
+    cb.set_stream = (decltype(cb.set_stream))dlsym(h, "cublasSetStream_v2");
+    cb.set_math_mode = (decltype(cb.set_math_mode))dlsym(h, "cublasSetMathMode");
+    cb.sgemm = (decltype(cb.sgemm))dlsym(h, "cublasSgemm_v2");
+    cb.sgemm_strided = (decltype(cb.sgemm_strided))dlsym(h, "cublasSgemmStridedBatched");
+    if (!cb.create || !cb.destroy || !cb.set_stream || !cb.set_math_mode || !cb.sgemm ||
+        !cb.sgemm_strided) {
+        snprintf(cb.error, sizeof(cb.error), "the cuBLAS loaded lacks a function tidal calls "
+                 "(%s): a cuBLAS of CUDA %d is needed", dlerror(), CUBLAS_VER_MAJOR);
+        cb.create = NULL;
+    }
+}
 
 struct tdl_gpu {
     int device;
@@ -159,15 +209,21 @@ extern "C" tdl_status_t tdl_gpu_open(int device, tdl_gpu_t **gpu_out)
         return tdl_error_raise(TDL_ERR_CUDA, "cudaStreamCreate on GPU %d: %s", device,
                                cudaGetErrorString(e));
     }
-    cublasStatus_t bs = cublasCreate(&g->blas);
+    pthread_once(&cb_once, cublas_load);
+    if (!cb.create) {
+        cudaStreamDestroy(g->stream);
+        free(g);
+        return tdl_error_raise(TDL_ERR_CUDA, "GPU %d: %s", device, cb.error);
+    }
+    cublasStatus_t bs = cb.create(&g->blas);
     if (bs != CUBLAS_STATUS_SUCCESS) {
         cudaStreamDestroy(g->stream);
         free(g);
         return tdl_error_raise(TDL_ERR_CUDA, "cublasCreate on GPU %d: status %d", device,
                                (int)bs);
     }
-    cublasSetStream(g->blas, g->stream);
-    cublasSetMathMode(g->blas, CUBLAS_DEFAULT_MATH); // fp32, no TF32: the CPU's results
+    cb.set_stream(g->blas, g->stream);
+    cb.set_math_mode(g->blas, CUBLAS_DEFAULT_MATH); // fp32, no TF32: the CPU's results
     *gpu_out = g;
     return TDL_OK;
 }
@@ -177,7 +233,7 @@ extern "C" void tdl_gpu_close(tdl_gpu_t *g)
     if (!g)
         return;
     cudaStreamSynchronize(g->stream);
-    cublasDestroy(g->blas);
+    cb.destroy(g->blas);
     cudaStreamDestroy(g->stream);
     free(g);
 }
@@ -286,9 +342,9 @@ extern "C" void tdl_gpu_gemm(tdl_gpu_t *g, bool trans_a, bool trans_b, int m, in
                              float alpha, const float *a, int lda, const float *b, int ldb,
                              float beta, float *c, int ldc)
 {
-    cublasStatus_t s = cublasSgemm(g->blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                   trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, ldb,
-                                   a, lda, &beta, c, ldc);
+    cublasStatus_t s = cb.sgemm(g->blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, ldb, a,
+                                lda, &beta, c, ldc);
     if (s != CUBLAS_STATUS_SUCCESS && g->blas_error == CUBLAS_STATUS_SUCCESS)
         g->blas_error = s;
 }
@@ -305,7 +361,7 @@ extern "C" void tdl_gpu_gemm_strided(tdl_gpu_t *g, bool trans_a, bool trans_b, i
         tdl_gpu_gemm(g, trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b,
                      ldb, beta, c + i * stride_c, ldc);
 #else
-    cublasStatus_t s = cublasSgemmStridedBatched(
+    cublasStatus_t s = cb.sgemm_strided(
         g->blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k,
         &alpha, b, ldb, stride_b, a, lda, stride_a, &beta, c, ldc, stride_c, count);
     if (s != CUBLAS_STATUS_SUCCESS && g->blas_error == CUBLAS_STATUS_SUCCESS)

@@ -64,6 +64,8 @@ if start_server small --max-batch 8 --max-resolution 32; then
     ok "a server for 8 images of 32 answers /healthz"
     rss_small=`kib $pid VmRSS`
     diag "--max-resolution 32: /healthz after $startup s, VmRSS `expr $rss_small / 1024` MiB"
+    # cuBLAS (with its 150 MiB of libcublasLt) is opened with a GPU, never on the CPU
+    check "a server on the CPU has not loaded cuBLAS" sh -c "! grep -q libcublas /proc/$pid/maps"
     stop_server $pid
 else
     not_ok "a server for 8 images of 32 answers /healthz"
