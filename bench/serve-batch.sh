@@ -69,9 +69,9 @@ bm_serve_batch() { # tidal serve's peak resident memory and start-up time to /he
     bench_note "peak: VmHWM of /proc/PID/status after $nreq request(s) of 4 guided images (8 rows" \
         "a forward pass, the whole --max-batch), 2 Heun steps each; the rows at 32: the same server" \
         "sized for and given 32x32 images, what the process holds besides large activations"
-    bench_note "with CUDA built in, every tidal process holds about 150 MiB of libcublasLt, GPU or" \
-        "not (its 90 MiB of zeroed data and the code its loading touches): compare" \
-        "serve_peak_rss_mib_max_res_32 with a build configured --without-cuda"
+    bench_note "cuBLAS is opened with a GPU, not linked (it held about 150 MiB of every process);" \
+        "serve_peak_rss_mib_max_res_32: what a server sized for 32 px holds, its activations" \
+        "aside"
     bench_note "throughput ($bench_name.throughput.csv): one tidal serve alone, --max-batch 16," \
         "a trace of requests all at 0 ms (20 Heun steps, guidance 4, labels 0-9: 2 rows a" \
         "request, up to 8 requests a pass), --exit-after-trace, batched and --no-batching in" \
