@@ -124,9 +124,24 @@ EOF
     slurm_train_conf "$w/requeue.conf" $steps 1 50 50
     for l in $launchers; do
         out=$w/req-$l.out
-        TIDAL_TRAIN_CONF=$w/requeue.conf TIDAL_LAUNCHER=$l slurm_submit "$l: train.sbatch" \
-            -D "$w" -N 2 --ntasks-per-node=2 -o "$out" "$TIDAL_JOBS/train.sbatch" \
-            --out "$w/req-$l" || continue
+        for try in 1 2; do
+            rm -rf "$w/req-$l" "$out"
+            TIDAL_TRAIN_CONF=$w/requeue.conf TIDAL_LAUNCHER=$l slurm_submit "$l: train.sbatch" \
+                -D "$w" -N 2 --ntasks-per-node=2 -o "$out" "$TIDAL_JOBS/train.sbatch" \
+                --out "$w/req-$l" || continue 2
+            # UCX 1.13 under srun --mpi=pmix now and then jumps to NULL inside libucs as a rank
+            # starts, before tidal prints a line (2 of 5 CI runs; doc/cluster.md): a job that
+            # died so, with no checkpoint, is submitted once more, saying so
+            n=0
+            while [ ! -s "$w/req-$l/ckpt/latest" ] && ! grep -q "done, exit status" "$out" 2>/dev/null &&
+                [ $n -lt 300 ]; do sleep 0.2; n=$((n + 1)); done
+            if [ $try = 1 ] && [ ! -s "$w/req-$l/ckpt/latest" ] &&
+                grep -q "libucs.*ucs_handle_error" "$out" 2>/dev/null; then
+                diag "$l: the job died in UCX at start-up (`grep -m1 'Caught signal' "$out"`): once more"
+                continue
+            fi
+            break
+        done
         slurm_requeue_checks $l $slurm_id "$out" "$w/req-$l" $steps 'h\[0-1\]'
     done
 
