@@ -7,13 +7,7 @@
 # not fit in --max-batch, waits for the batch and is not lost; the events of a request that
 # joined late show it started after the batch had begun.
 . "${TIDAL_BUILDDIR:-.}/tests/env.sh"
-[ -d /usr/share/datasets/fashion-mnist ] || { echo "1..0 # SKIP dataset-fashion-mnist is not installed"; exit 0; }
-command -v curl >/dev/null 2>&1 || { echo "1..0 # SKIP curl is not installed"; exit 0; }
-dir=`mktemp -d`
-pids=""
-cleanup() { for p in $pids; do kill -9 "$p" 2>/dev/null; done; rm -rf "$dir"; }
-trap cleanup EXIT
-export OPENBLAS_NUM_THREADS=1
+serve_test_setup
 tiny_ckpt "$dir/run"
 ckpt="$dir/run/model.h5"
 check "a tiny checkpoint to serve" [ -s "$ckpt" ]

@@ -5,13 +5,7 @@
 # from a full queue; a trace replay with its summary; the server still healthy after all of it
 # and out with exit 0 on SIGTERM.
 . "${TIDAL_BUILDDIR:-.}/tests/env.sh"
-[ -d /usr/share/datasets/fashion-mnist ] || { echo "1..0 # SKIP dataset-fashion-mnist is not installed"; exit 0; }
-command -v curl >/dev/null 2>&1 || { echo "1..0 # SKIP curl is not installed"; exit 0; }
-dir=`mktemp -d`
-pids=""
-cleanup() { for p in $pids; do kill -9 "$p" 2>/dev/null; done; rm -rf "$dir"; }
-trap cleanup EXIT
-export OPENBLAS_NUM_THREADS=1
+serve_test_setup
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=`command -v python3`
 

@@ -7,13 +7,7 @@
 # Start-up time and resident memory are printed, not judged: bench/run serve-batch holds them to
 # their targets (serve_startup_s, serve_peak_rss_mib).
 . "${TIDAL_BUILDDIR:-.}/tests/env.sh"
-[ -d /usr/share/datasets/fashion-mnist ] || { echo "1..0 # SKIP dataset-fashion-mnist is not installed"; exit 0; }
-command -v curl >/dev/null 2>&1 || { echo "1..0 # SKIP curl is not installed"; exit 0; }
-dir=`mktemp -d`
-pids=""
-cleanup() { for p in $pids; do kill -9 "$p" 2>/dev/null; done; rm -rf "$dir"; }
-trap cleanup EXIT
-export OPENBLAS_NUM_THREADS=1
+serve_test_setup
 
 # the default model, two steps
 "$TIDAL" train --steps 2 --batch 8 --micro-batch 8 --val-every 0 --out "$dir/run" \

@@ -11,16 +11,10 @@
 # installed into a temporary directory (its checks skipped, with the reason, where npm or the
 # registry is missing), generates images and meets a BadRequestError and an AuthenticationError.
 . "${TIDAL_BUILDDIR:-.}/tests/env.sh"
-[ -d /usr/share/datasets/fashion-mnist ] || { echo "1..0 # SKIP dataset-fashion-mnist is not installed"; exit 0; }
-command -v curl >/dev/null 2>&1 || { echo "1..0 # SKIP curl is not installed"; exit 0; }
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=`command -v python3`
 [ -n "$PY" ] || { echo "1..0 # SKIP no python3 to decode PNGs with"; exit 0; }
-dir=`mktemp -d`
-pids=""
-cleanup() { for p in $pids; do kill -9 "$p" 2>/dev/null; done; rm -rf "$dir"; }
-trap cleanup EXIT
-export OPENBLAS_NUM_THREADS=1
+serve_test_setup
 TOKEN=s3cret-openai
 
 tiny_ckpt "$dir/run"
