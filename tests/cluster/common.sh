@@ -31,7 +31,10 @@ cluster_run() {
         fi
     done
     shift $cl_n
-    timeout "${TIDAL_TEST_TIMEOUT:-300}" "$CLUSTER" "$@"
+    # the bound is on CMD once the cluster is up (--time-limit), not on a wait for the cores that
+    # another test's cluster holds meanwhile; the outer one only catches a set-up that hangs
+    cl_t=${TIDAL_TEST_TIMEOUT:-300}
+    timeout $((cl_t + ${TIDAL_CLUSTER_WAIT:-600} + 120)) "$CLUSTER" --time-limit "$cl_t" "$@"
 }
 cluster_self=$0
 cluster_enter() {

@@ -62,7 +62,7 @@ check "9 devices of 0.25 core on `nproc` cores refused with exit 2 ($rc)" [ $rc 
 check "the refusal says how many cores the layout needs and what to do" sh -c \
     "printf '%s' \"\$1\" | grep -q 'need 2.25 cores' && printf '%s' \"\$1\" | grep -q 'Use --rank-cpu'" _ "$out"
 for bad in "--hosts 0" "--hosts 17" "--ranks-per-host x" "--rank-cpu 1.5" "--link fast" \
-    "--link 1gbit,soon" "--period-us 10" "--bogus"; do
+    "--link 1gbit,soon" "--period-us 10" "--time-limit 0" "--bogus"; do
     # shellcheck disable=SC2086
     refused $bad -- true
     check "'$bad' refused with exit 2 and a reason ($rc: `printf '%s' "$out" | head -n 1`)" \
@@ -138,6 +138,18 @@ wait $pid; rc=$?
 check "SIGINT: the run exits 130 ($rc)" [ $rc = 130 ]
 check "SIGINT: nothing left" [ -z "`leftovers tdlcl$pid`" ]
 check "SIGINT: its COMMAND is gone" sh -c "! pgrep -f '^sleep 61.5$' >/dev/null"
+
+# ---- --time-limit: COMMAND ended with exit 124, everything removed ----
+t0=`date +%s`
+"$CLUSTER" --hosts 2 --ranks-per-host 1 --time-limit 2 -- sleep 63.5 >/dev/null 2>"$tmp/limit" &
+pid=$!
+wait $pid; rc=$?
+secs=$((`date +%s` - t0))
+check "--time-limit 2: a command of 63.5 s ended, exit 124 ($rc, after $secs s)" \
+    [ $rc = 124 -a $secs -lt 30 ]
+check "--time-limit: it says why" grep -q 'ran past --time-limit 2 s' "$tmp/limit"
+check "--time-limit: nothing left, its COMMAND gone" \
+    sh -c "[ -z \"\$1\" ] && ! pgrep -f '^sleep 63.5$' >/dev/null" _ "`leftovers tdlcl$pid`"
 
 # ---- killed outright: the next run (or cleanup) removes what it left ----
 "$CLUSTER" --quiet --hosts 2 --ranks-per-host 1 -- sleep 62.5 >/dev/null 2>&1 &

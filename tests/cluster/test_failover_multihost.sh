@@ -43,7 +43,7 @@ check "one host, without a failure: 8 requests answer 200" [ "`grep -c ' 200$' "
 for how in KILL STOP; do
     w="$dir/$how"
     mkdir "$w"
-    [ $how = STOP ] && (stop_then_kill "$w/serve.out" "is dead (" "$dir/ckpt" &)
+    [ $how = STOP ] && (stop_then_kill "$w/serve.out" "is dead (" "$dir/ckpt" "$w/rc" &)
     TIDAL_LAUNCH="$recover" TIDAL_MPIRUN_FLAGS="-x TIDAL_FAULT=serve.chunk:3:3:$how" \
         cluster_run $layout -- serve4 "$w" "$ids" $serve >"$w/cluster.out" 2>"$w/cluster.err"
     check "SIG$how of executor 3 on h1 at its 3rd chunk: it happened" \
@@ -52,6 +52,8 @@ for how in KILL STOP; do
         grep -q "rank 3 is dead (.*): it leaves the pool, 2 of 3 executors are left" "$w/serve.out"
     grep -m 1 "rank 0 declared rank 3 dead" "$w/serve.out" | sed 's/^.*warn: /# /'
     check "SIG$how: every request answered 200" [ "`grep -c ' 200$' "$w/codes"`" = 8 ]
+    [ "`grep -c ' 200$' "$w/codes"`" = 8 ] || { tr '\n' ' ' <"$w/codes"; echo
+        grep -E "warn|error" "$w/serve.out" | tail -n 20; tail -n 5 "$w/cluster.err"; } | sed 's/^/# /'
     same=yes
     for id in $ids; do cmp -s "$dir/ref/$id.png" "$w/$id.png" || same=no; done
     check "SIG$how: every PNG is byte for byte the one of one host without a failure" [ $same = yes ]

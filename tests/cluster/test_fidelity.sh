@@ -168,6 +168,7 @@ for ar in f32 dynamiq; do
         train4 $train --allreduce $ar --out "$dir/t2$ar" >"$dir/t2$ar.out" 2>"$dir/t2$ar.err"
     rc=$?
     check "$ar: tidal train on 2 x 2 exits 0 (rc=$rc)" [ $rc = 0 -a -s "$dir/t2$ar/model.h5" ]
+    [ $rc = 0 ] || tail -n 12 "$dir/t2$ar.err" "$dir/t2$ar.out" | sed 's/^/# /'
     check "$ar: the layout printed is the one asked for" layout_ok t2$ar 2 2 0.25 1gbit
     cut -d, -f1,2 "$dir/t1$ar/loss.csv" >"$dir/l1" 2>/dev/null
     cut -d, -f1,2 "$dir/t2$ar/loss.csv" >"$dir/l2" 2>/dev/null

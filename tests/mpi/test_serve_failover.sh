@@ -39,7 +39,7 @@ faulted() {
     f_w=$1 f_label=$2 f_when=$3 f_point=$4 f_how=$5 f_ref=$6 f_ids=$7
     shift 7
     mkdir "$f_w"
-    [ $f_how = STOP ] && (stop_then_kill "$f_w/serve.out" "is dead (" "$dir/ckpt" &)
+    [ $f_how = STOP ] && (stop_then_kill "$f_w/serve.out" "is dead (" "$dir/ckpt" "$f_w/rc" &)
     TIDAL_LAUNCH="$recover" TIDAL_FAULT="$f_point:$f_how" \
         cluster_serve4 "$f_w" "$f_ids" "$@" >/dev/null 2>&1
     check "$f_label of rank 1 $f_when: it happened" \

@@ -72,7 +72,7 @@ train4 backward train.backward:2:6:KILL
 survived backward ref 1e-5 2 "SIGKILL of rank 2 in the backward pass"
 grep "ranks lost at step" "$dir/backward.out" | sed 's/^/# /'
 
-(stop_then_kill "$dir/stop.out" "declared rank [0-9] dead" "$dir/stop" &)
+(stop_then_kill "$dir/stop.out" "declared rank [0-9] dead" "$dir/stop" "$dir/stop.rc" &)
 train4 stop train.backward:2:6:STOP
 survived stop ref 1e-5 2 "SIGSTOP then SIGKILL of rank 2 in the backward pass"
 check "SIGSTOP: the stopped rank is declared dead for its silence" \
