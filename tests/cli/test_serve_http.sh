@@ -29,31 +29,10 @@ stop_server() {
     wait "$1"; rc=$?
 }
 
-# pngs_ok FILE...: every file is a whole PNG, read by Python's zlib (chunk CRCs, IHDR, the
-# inflated size) and by pngcheck where installed
+# pngs_ok FILE...: every file is a whole PNG, read by tests/pngread.py (chunk CRCs, IHDR, the
+# inflated size, the filters) and by pngcheck where installed
 pngs_ok() {
-    "$PY" - "$@" <<'EOF' || return 1
-import struct, sys, zlib
-for path in sys.argv[1:]:
-    data = open(path, "rb").read()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n", path + ": no PNG signature"
-    pos, idat, ihdr, end = 8, b"", None, False
-    while pos < len(data):
-        n, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        body = data[pos + 8:pos + 8 + n]
-        crc, = struct.unpack(">I", data[pos + 8 + n:pos + 12 + n])
-        assert zlib.crc32(kind + body) & 0xffffffff == crc, path + ": bad CRC"
-        if kind == b"IHDR": ihdr = struct.unpack(">IIBBBBB", body)
-        if kind == b"IDAT": idat += body
-        if kind == b"IEND": end = True
-        pos += 12 + n
-    assert ihdr and end, path + ": no IHDR or IEND"
-    w, h, depth, color = ihdr[:4]
-    ch = {0: 1, 2: 3}[color]
-    raw = zlib.decompress(idat)
-    assert depth == 8 and len(raw) == h * (1 + w * ch), path + ": wrong image size"
-    assert all(raw[r * (1 + w * ch)] <= 4 for r in range(h)), path + ": bad filter byte"
-EOF
+    "$PY" "$abs_top_srcdir/tests/pngread.py" check "$@" >/dev/null || return 1
     if command -v pngcheck >/dev/null 2>&1; then pngcheck -q "$@" >/dev/null || return 1; fi
     return 0
 }

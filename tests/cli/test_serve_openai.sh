@@ -2,7 +2,7 @@
 # POST /v1/images/generations, OpenAI's images API on `tidal serve`. With curl: an image asked for
 # by class name, by "class N" and by "N" is byte for byte the native API's PNG for the same
 # label, seed, steps and guidance; n = 2 and 3 give one PNG per image, each pixel for pixel the
-# tile of the native grid (both read by a decoder written here on Python's zlib); bad prompts
+# tile of the native grid (both read by tests/pngread.py, independent of libpng); bad prompts
 # (the 400 lists the names), sizes, n, response_format, unknown fields, wrong types and queries
 # are 400 with OpenAI's error object naming the param; 401 without the token, 405, 413, 504 and
 # 503 in the same object. The names come from the weights file that tidal train wrote (tidal
@@ -36,40 +36,12 @@ stop_server() {
     wait "$1"; rc=$?
 }
 
-# The PNG reader of the comparisons: chunks and CRCs, IHDR, zlib, and the five filters undone,
-# independent of libpng. pixels FILE -> (width, height, channels, rows of bytes).
+# The comparisons' PNG reader is tests/pngread.py (independent of libpng); the OpenAI answer's
+# own checks are here.
 cat >"$dir/png.py" <<'EOF'
-import base64, json, struct, sys, zlib
-
-def pixels(data):
-    assert data[:8] == b"\x89PNG\r\n\x1a\n", "no PNG signature"
-    pos, idat, ihdr = 8, b"", None
-    while pos < len(data):
-        n, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        body = data[pos + 8:pos + 8 + n]
-        assert zlib.crc32(kind + body) & 0xffffffff == struct.unpack(">I", data[pos + 8 + n:pos + 12 + n])[0], "bad CRC"
-        if kind == b"IHDR": ihdr = struct.unpack(">IIBBBBB", body)
-        if kind == b"IDAT": idat += body
-        pos += 12 + n
-    w, h, depth, color, _, _, interlace = ihdr
-    assert depth == 8 and interlace == 0 and color in (0, 2), "not 8-bit gray or RGB"
-    ch = 1 if color == 0 else 3
-    raw, stride, rows, prev = zlib.decompress(idat), w * ch, [], bytearray(w * ch)
-    for y in range(h):
-        f, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
-        for i in range(stride):
-            a = line[i - ch] if i >= ch else 0
-            b, c = prev[i], prev[i - ch] if i >= ch else 0
-            if f == 1: line[i] = (line[i] + a) & 255
-            elif f == 2: line[i] = (line[i] + b) & 255
-            elif f == 3: line[i] = (line[i] + (a + b) // 2) & 255
-            elif f == 4:
-                p = a + b - c
-                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
-                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
-            else: assert f == 0, "bad filter"
-        rows.append(bytes(line)); prev = line
-    return w, h, ch, rows
+import base64, json, sys
+sys.path.insert(0, sys.argv.pop(1))
+import pngread
 
 def on_error(kind, value, tb):  # one line, for the test's description
     print("%s: %s" % (kind.__name__, value))
@@ -83,22 +55,8 @@ if cmd == "unpack":  # unpack ANSWER PREFIX: the b64_json images as PREFIX.I.png
         assert set(d) == {"b64_json"}, "image keys"
         open("%s.%d.png" % (sys.argv[3], i), "wb").write(base64.b64decode(d["b64_json"], validate=True))
     print(len(ans["data"]))
-elif cmd == "size":  # size FILE -> WxHxC
-    w, h, ch, _ = pixels(open(sys.argv[2], "rb").read())
-    print("%dx%dx%d" % (w, h, ch))
-elif cmd == "tile":  # tile GRID N TILE K: TILE's pixels are the K-th cell of GRID's n-image grid
-    gw, gh, gch, grid = pixels(open(sys.argv[2], "rb").read())
-    n, k = int(sys.argv[3]), int(sys.argv[5])
-    w, h, ch, tile = pixels(open(sys.argv[4], "rb").read())
-    cols = 1
-    while cols * cols < n: cols += 1
-    pad = 2 if n > 1 else 0
-    x0, y0 = pad + (k % cols) * (w + pad), pad + (k // cols) * (h + pad)
-    assert ch == gch and gw == cols * w + (cols + 1) * pad, "grid and tile do not fit"
-    cell = [grid[y0 + y][x0 * ch:(x0 + w) * ch] for y in range(h)]
-    assert cell == tile, "tile %d differs from the grid's cell" % k
-    assert len(set(b"".join(tile))) > 1, "a blank tile"
-    print("same")
+elif cmd in ("size", "tile"):
+    sys.exit(pngread.main(sys.argv))
 elif cmd == "error":  # error BODY -> "PARAM TYPE" of OpenAI's error object (exactly its keys)
     e = json.load(open(sys.argv[2]))
     assert set(e) == {"error"} and set(e["error"]) == {"message", "type", "param", "code"}, "keys"
@@ -106,7 +64,7 @@ elif cmd == "error":  # error BODY -> "PARAM TYPE" of OpenAI's error object (exa
     assert isinstance(e["message"], str) and e["message"] and e["code"] is None, "message, code"
     print(e["param"] if e["param"] is not None else "null", e["type"])
 EOF
-png() { "$PY" "$dir/png.py" "$@" 2>&1; }
+png() { "$PY" "$dir/png.py" "$abs_top_srcdir/tests" "$@" 2>&1; }
 
 start_server main "$ckpt" --token "$TOKEN" --max-body 8192
 check "the server starts and answers /healthz" [ -n "$port" ]

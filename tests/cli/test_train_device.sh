@@ -46,41 +46,7 @@ out=`"$TIDAL" generate $g --device cuda-emulated -o "$dir/emu.png" 2>&1`; rc=$?
 check "generate --device cuda-emulated exits 0" [ $rc = 0 ]
 [ $rc = 0 ] || diag "$out"
 if python3 -c 'import zlib' 2>/dev/null; then
-    worst=`python3 - "$dir/cpu.png" "$dir/emu.png" <<'PY'
-import struct, sys, zlib
-def pixels(path):
-    data = open(path, 'rb').read()
-    pos, idat, w = 8, b'', 0
-    while pos < len(data):
-        n, kind = struct.unpack('>I4s', data[pos:pos + 8])
-        body = data[pos + 8:pos + 8 + n]
-        if kind == b'IHDR':
-            w, h, depth, color = struct.unpack('>IIBB', body[:10])
-            bpp = {0: 1, 2: 3, 4: 2, 6: 4}[color] * depth // 8
-        if kind == b'IDAT':
-            idat += body
-        pos += 12 + n
-    raw, out, prev, stride = zlib.decompress(idat), [], None, w * bpp
-    for r in range(len(raw) // (stride + 1)):
-        f, line = raw[r * (stride + 1)], bytearray(raw[r * (stride + 1) + 1:(r + 1) * (stride + 1)])
-        for i in range(stride):
-            a = line[i - bpp] if i >= bpp else 0
-            b = prev[i] if prev else 0
-            c = prev[i - bpp] if prev and i >= bpp else 0
-            if f == 1: line[i] = (line[i] + a) & 255
-            elif f == 2: line[i] = (line[i] + b) & 255
-            elif f == 3: line[i] = (line[i] + (a + b) // 2) & 255
-            elif f == 4:
-                p = a + b - c
-                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
-                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
-        out += line
-        prev = line
-    return out
-a, b = pixels(sys.argv[1]), pixels(sys.argv[2])
-print(max(abs(x - y) for x, y in zip(a, b)) if len(a) == len(b) else 999)
-PY
-`
+    worst=`python3 "$abs_top_srcdir/tests/pngread.py" maxdiff "$dir/cpu.png" "$dir/emu.png"`
     check "the images match the CPU's within 2 grey levels of 255 (worst $worst)" [ "${worst:-999}" -le 2 ]
 fi
 
