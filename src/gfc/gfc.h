@@ -32,6 +32,7 @@ typedef enum {
     GFC_ALLREDUCE_RING,               /* reduce-scatter + all-gather, pipelined in chunks */
     GFC_ALLREDUCE_BUTTERFLY,          /* Rabenseifner: recursive halving, then doubling */
     GFC_ALLREDUCE_RECURSIVE_DOUBLING, /* whole vector each round: small messages */
+    GFC_ALLREDUCE_HIER,               /* f32 within each host, rings between hosts */
     GFC_ALLREDUCE_COUNT
 } gfc_allreduce_algo_t;
 
@@ -48,6 +49,9 @@ typedef struct gfc_runtime_config {
     int64_t keepalive_ms;        /* how often each rank tells every peer it is alive */
     int64_t dead_after_ms;       /* a peer silent this long is declared dead (0: no keep-alive) */
     bool cma;                    /* CMA single copy within a host (off: a dead peer can crash UCX) */
+    size_t hier_min_bytes;       /* AUTO takes hier at or above this on groups across hosts */
+    size_t hier_piece_bytes;     /* hier pipelines its phases over pieces of about this size */
+    char hosts[256];             /* "" or each world rank's host, "0,0,1,1": gfc-hosts (tests) */
 } gfc_runtime_config_t;
 
 /* The gfc parameters (gfc-timeout-ms, gfc-allreduce, ...) for the registry. */
@@ -64,6 +68,10 @@ tdl_status_t gfc_runtime_create(const gfc_runtime_config_t *config, gfc_runtime_
 void gfc_runtime_destroy(gfc_runtime_t *rt);
 int gfc_runtime_rank(const gfc_runtime_t *rt);
 int gfc_runtime_size(const gfc_runtime_t *rt);
+/* Where the ranks run, learnt from the start-up exchange (each rank's host name and boot id, or
+ * gfc-hosts): hosts are numbered 0.. in the order of their lowest world rank. */
+int gfc_runtime_hosts(const gfc_runtime_t *rt);
+int gfc_runtime_host(const gfc_runtime_t *rt, int rank);
 /* One pass of the progress engine: UCX, then one step of every outstanding request. Tests and
  * waits make the same pass, whichever request they are given (MPI's progress rule). */
 void gfc_runtime_progress(gfc_runtime_t *rt);
@@ -126,6 +134,9 @@ typedef struct gfc_group {
  * nothing. Errors name the offending entry. */
 tdl_status_t gfc_group_init(gfc_group_t *group_out, gfc_runtime_t *rt, const int *ranks, int size,
                             uint64_t ns);
+/* The hosts a group spans, and (max_local_out, may be NULL) the most members on one of them:
+ * read from the runtime's host table in O(size), nothing sent, nothing allocated. */
+int gfc_group_hosts(const gfc_group_t *g, int *max_local_out);
 
 /* ---- data types and reductions ----------------------------------------------------------- */
 
@@ -153,7 +164,10 @@ tdl_status_t gfc_reduce_local(void *inout, const void *in, size_t n, gfc_dtype_t
 /* ---- the codec hook ---------------------------------------------------------------------- */
 
 /* Where an encoding happens, so a codec can make its output a function of (seed, rank, hop)
- * and adapt to partial sums. */
+ * and adapt to partial sums. In hier the encodings are those of the rings between hosts: hop
+ * counts them along a ring, contributions counts the members whose values the data sums (its
+ * first encoding already holds a host's), and group_size, offset, group_id and seq are those of
+ * the whole all-reduce. */
 typedef struct gfc_codec_hop {
     int rank;            /* world rank doing the encoding */
     int hop;             /* 0 for a rank's own values, +1 at every accumulation */
@@ -165,7 +179,8 @@ typedef struct gfc_codec_hop {
     uint64_t seq;        /* gfc_group_t.seq of the collective */
 } gfc_codec_hop_t;
 
-/* Compresses f32 sums at every hop of the ring and butterfly all-reduce. Encoded sizes may vary
+/* Compresses f32 sums at every hop of the ring and butterfly all-reduce, and between hosts in
+ * hier (within a host hier sums in f32 and encodes nothing). Encoded sizes may vary
  * up to max_encoded_bytes; the final encoded chunk is forwarded unchanged in the all-gather, so
  * every member decodes the same bytes. */
 typedef struct gfc_codec_ops {
@@ -190,7 +205,7 @@ typedef struct gfc_codec {
 
 typedef struct gfc_allreduce_opts {
     gfc_allreduce_algo_t algo;  /* AUTO: the runtime's choice */
-    const gfc_codec_t *codec;   /* NULL: exact; otherwise f32 sum only, ring or butterfly */
+    const gfc_codec_t *codec;   /* NULL: exact; otherwise f32 sum only, not recursive doubling */
 } gfc_allreduce_opts_t;
 
 /* ---- requests ---------------------------------------------------------------------------- */

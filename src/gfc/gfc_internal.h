@@ -53,12 +53,17 @@ struct gfc_runtime {
     const unsigned char **live_addrs; /* [size]: each keep-alive worker's address */
     int *peer_pid;               /* [size] */
     bool *peer_local;            /* [size]: runs on this host */
+    int *host_of;                /* [size]: each rank's host, by its lowest rank (topo.c) */
+    int nhosts;
+    unsigned *host_mark;         /* [nhosts]: gfc_group_hosts' scratch, stamped, never cleared */
+    int *host_count;             /* [nhosts] */
+    unsigned host_stamp;
     size_t endpoints;
     unsigned yield_after;        /* idle polls before a waiting rank yields its core */
     struct {
         void *buf;
         size_t cap;
-    } cache[4];                  /* scratch buffers kept for reuse */
+    } cache[8];                  /* scratch buffers kept for reuse (hier runs several rings) */
     /* Requests started and not yet seen finished, oldest first: every test, wait and progress
      * call steps each of them once (MPI's progress rule), so no order of starts and waits
      * among members can deadlock. */
@@ -174,6 +179,26 @@ tdl_status_t gfc_reduce3(void *out, const void *a, const void *b, size_t n, gfc_
                          gfc_redop_t op);
 tdl_status_t gfc_check_count(const char *what, size_t count, gfc_dtype_t dtype);
 
+/* ---- hosts (topo.c) ----------------------------------------------------------------------- */
+
+/* The host table from the start-up exchange's cards (host name and boot id), or from
+ * config.hosts where set. Fills rt->host_of, nhosts and the scratch of gfc_group_hosts. */
+tdl_status_t gfc_hosts_build(gfc_runtime_t *rt, const unsigned char (*host_ids)[16]);
+void gfc_hosts_free(gfc_runtime_t *rt);
+
+/* A group's host structure, computed when an algorithm needs it (hier's start), not when the
+ * group is formed. Hosts are numbered in the order of their first member in the group. */
+typedef struct gfc_topo {
+    int hosts;     /* hosts the group spans */
+    int max_local; /* most members on one host */
+    int *host_of;  /* [size]: the host of each member */
+    int *local_of; /* [size]: each member's index among its host's members (group order) */
+    int *first;    /* [hosts + 1]: host h's members are members[first[h] .. first[h + 1]) */
+    int *members;  /* [size]: group indices by host, in group order within a host */
+} gfc_topo_t;
+tdl_status_t gfc_topo_of(const gfc_group_t *g, gfc_topo_t *topo_out);
+void gfc_topo_free(gfc_topo_t *topo);
+
 /* counts[i] = count and displs[i] = i * count for a group of n, in one malloc'd array
  * (counts first, then displs); NULL when out of memory. */
 size_t *gfc_uniform_layout(int n, size_t count);
@@ -230,6 +255,11 @@ static inline int gfc_pof2_member(const gfc_pof2_t *f, int v)
  * those that apply. A forced one may not apply (gfc_allreduce_start then refuses it). */
 gfc_allreduce_algo_t gfc_allreduce_select(const gfc_runtime_config_t *config, int size,
                                           size_t bytes, gfc_allreduce_algo_t asked, bool codec);
+/* The same for a group that spans `hosts` hosts with at most `max_local` members on one
+ * (gfc_allreduce_select: one host). */
+gfc_allreduce_algo_t gfc_allreduce_select_hosts(const gfc_runtime_config_t *config, int size,
+                                                size_t bytes, gfc_allreduce_algo_t asked,
+                                                bool codec, int hosts, int max_local);
 
 /* send holds this member's values, recv receives the result; they may be the same buffer. The
  * algorithms read send and write recv without copying one into the other first. codec is NULL
@@ -247,6 +277,37 @@ tdl_status_t gfc_allreduce_recursive_doubling_start(gfc_group_t *g, const void *
                                                     size_t count, gfc_dtype_t dtype, gfc_redop_t op,
                                                     const gfc_codec_t *codec,
                                                     gfc_request_t **req_out);
+tdl_status_t gfc_allreduce_hier_start(gfc_group_t *g, const void *send, void *recv, size_t count,
+                                      gfc_dtype_t dtype, gfc_redop_t op, const gfc_codec_t *codec,
+                                      gfc_request_t **req_out);
+
+/* A ring all-reduce run on behalf of another collective (hier's rings between hosts): what its
+ * codec hops report, and a tap called once for every chunk when its final value is known on this
+ * member (in buf at [first, first + len) of the ring's vector; with a codec also as the final
+ * encoding, which the caller may forward unchanged). */
+typedef struct gfc_ring_view {
+    uint64_t offset;   /* added to every hop's offset: where the ring's vector starts */
+    uint64_t chunk;    /* added to every hop's chunk index */
+    int group_size;    /* the hops' group_size */
+    const int *weight; /* [ring size]: group members whose values each ring member brings */
+    uint64_t group_id, seq;
+    tdl_status_t (*tap)(void *arg, int block, int chunk, size_t first, size_t len,
+                        const void *enc, size_t enc_len);
+    void *arg;
+} gfc_ring_view_t;
+/* The ring all-reduce (shift 1) of src into buf (which may be src) with `view` (kept by pointer:
+ * it must outlive the request). */
+tdl_status_t gfc_ring_rail_start(gfc_group_t *g, const char *name, const void *src, void *buf,
+                                 size_t count, gfc_dtype_t dtype, gfc_redop_t op,
+                                 const gfc_codec_t *codec, const gfc_ring_view_t *view,
+                                 gfc_request_t **req_out);
+/* How the ring cuts `count` elements over n members: elements per chunk and chunks per block. */
+void gfc_ring_chunking(const gfc_runtime_config_t *config, int n, size_t count, size_t esize,
+                       bool codec, size_t *chunk_elems_out, int *nchunks_out);
+/* Elements [first, first + len) of chunk c of block `block` of such a ring. */
+void gfc_ring_chunk_range(size_t count, int n, size_t chunk_elems, int block, int c,
+                          size_t *first, size_t *len);
+
 /* Ring reduce-scatter over group-size blocks of src, reducing into buf (which may be src; it need
  * not be initialized otherwise): member i ends holding the reduction of block (i + shift) mod
  * size, copied to out (when not NULL) at the end. */

@@ -16,8 +16,9 @@ const tdl_param_def_t gfc_params[] = {
     {"gfc-timeout-ms", TDL_PARAM_INT, "60000",
      "a collective or message not complete after this many ms fails, naming the silent ranks",
      NULL, 1, 86400000},
-    {"gfc-allreduce", TDL_PARAM_ENUM, "auto", "all-reduce algorithm (auto: by message and group size)",
-     "auto|ring|butterfly|recursive_doubling", 1, 0},
+    {"gfc-allreduce", TDL_PARAM_ENUM, "auto",
+     "all-reduce algorithm (auto: by message and group size, and hier across hosts)",
+     "auto|ring|butterfly|recursive_doubling|hier", 1, 0},
     {"gfc-small-msg", TDL_PARAM_INT, "16k",
      "auto all-reduce uses recursive doubling up to this many bytes", NULL, 0, 1 << 30},
     {"gfc-ring-chunk", TDL_PARAM_INT, "256k", "pipelining unit of the ring all-reduce, bytes",
@@ -40,6 +41,20 @@ const tdl_param_def_t gfc_params[] = {
      "every collective that includes it fails, naming it (0: no keep-alive; a dead peer is then "
      "found from its connection or its pid on this host, or by gfc-timeout-ms)",
      NULL, 0, 86400000},
+    {"gfc-hier-min", TDL_PARAM_INT, "1m",
+     "auto all-reduce takes hier (f32 sums within each host, one ring per local rank between "
+     "hosts, with the codec if any) at or above this many bytes, on groups that span hosts and "
+     "have more than one member on some host (doc/gfc.md)",
+     NULL, 0, 1e15},
+    {"gfc-hier-piece", TDL_PARAM_INT, "16m",
+     "hier pipelines its phases (sum within the host, rings between hosts, copy back) over "
+     "pieces of about this many bytes, at most 16",
+     NULL, 65536, 1e15},
+    {"gfc-hosts", TDL_PARAM_STRING, NULL,
+     "each world rank's host as gfc's topology sees it, comma separated (\"0,0,1,1\"), in place "
+     "of the ranks' host names: tests and measurements of hier on one machine (transports and "
+     "liveness still follow the real hosts)",
+     NULL, 0, 0},
     {"gfc-cma", TDL_PARAM_BOOL, "false",
      "single-copy transfers (CMA) between ranks of one host: faster for large messages, but a "
      "rank dying under one can crash its peer inside UCX 1.13 (doc/failures.md)",
@@ -59,6 +74,8 @@ void gfc_runtime_config_default(gfc_runtime_config_t *config_out)
     c.ring_codec_chunk_bytes = 256 << 10;
     c.keepalive_ms = 200;
     c.dead_after_ms = 1500;
+    c.hier_min_bytes = 1 << 20;
+    c.hier_piece_bytes = 16 << 20;
     *config_out = c;
 }
 
@@ -79,6 +96,13 @@ tdl_status_t gfc_runtime_config_from_params(const tdl_params_t *params,
     c.keepalive_ms = tdl_param_int(params, "gfc-keepalive-ms");
     c.dead_after_ms = tdl_param_int(params, "gfc-dead-after-ms");
     c.cma = tdl_param_bool(params, "gfc-cma");
+    c.hier_min_bytes = (size_t)tdl_param_int(params, "gfc-hier-min");
+    c.hier_piece_bytes = (size_t)tdl_param_int(params, "gfc-hier-piece");
+    const char *hosts = tdl_param_str(params, "gfc-hosts");
+    if (hosts && strlen(hosts) >= sizeof(c.hosts))
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "--gfc-hosts: at most %zu characters",
+                               sizeof(c.hosts) - 1);
+    snprintf(c.hosts, sizeof(c.hosts), "%s", hosts ? hosts : "");
     if (c.dead_after_ms > 0 && c.dead_after_ms < 3 * c.keepalive_ms)
         return tdl_error_raise(TDL_ERR_INVALID_ARG,
                                "--gfc-dead-after-ms %lld is under 3 x --gfc-keepalive-ms %lld: "
@@ -256,19 +280,24 @@ tdl_status_t gfc_runtime_create(const gfc_runtime_config_t *config, gfc_runtime_
         st = tdl_error_raise(TDL_ERR_NOMEM, "gfc: out of memory");
         goto err_addrs;
     }
+    unsigned char(*host_ids)[16] = malloc((size_t)rt->size * 16);
+    if (!host_ids) {
+        st = tdl_error_raise(TDL_ERR_NOMEM, "gfc: out of memory");
+        goto err_addrs;
+    }
     int local_ranks = 0;
     for (int r = 0; r < rt->size; r++) {
         gfc_peer_card_t pc;
         if (rt->addrs.len[r] <= sizeof(pc)) {
             st = tdl_error_raise(TDL_ERR_CORRUPT, "gfc: rank %d published a malformed address", r);
-            goto err_addrs;
+            goto err_hosts;
         }
         memcpy(&pc, rt->addrs.data + rt->addrs.off[r], sizeof(pc));
         if (pc.magic != GFC_CARD_MAGIC) {
             st = tdl_error_raise(TDL_ERR_MISMATCH,
                                  "gfc: rank %d runs another tidal version (address format %08x)",
                                  r, pc.magic);
-            goto err_addrs;
+            goto err_hosts;
         }
         if (pc.addr_len == 0 || (size_t)pc.addr_len + pc.live_len + sizeof(pc) != rt->addrs.len[r] ||
             (rt->live && pc.live_len == 0) || (!rt->live && pc.live_len != 0 && rt->size > 1)) {
@@ -276,22 +305,34 @@ tdl_status_t gfc_runtime_create(const gfc_runtime_config_t *config, gfc_runtime_
                                  "gfc: rank %d published a malformed address, or its "
                                  "--gfc-dead-after-ms is 0 where this rank's is not (or the "
                                  "other way round): every rank needs the same setting", r);
-            goto err_addrs;
+            goto err_hosts;
         }
         rt->live_addrs[r] = rt->addrs.data + rt->addrs.off[r] + sizeof(pc) + pc.addr_len;
         rt->peer_pid[r] = (int)pc.pid;
         rt->peer_local[r] = memcmp(pc.host, card.host, sizeof(card.host)) == 0;
         local_ranks += rt->peer_local[r];
+        memcpy(host_ids[r], pc.host, 16);
     }
+    /* Every rank builds the same table from the same cards: hosts need no exchange of their own. */
+    st = gfc_hosts_build(rt, (const unsigned char(*)[16])host_ids);
+    free(host_ids);
+    host_ids = NULL;
+    if (st != TDL_OK)
+        goto err_addrs;
     /* Oversubscribed (more ranks here than cores): a waiting rank gives its core away at once. */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     rt->yield_after = (cores > 0 && local_ranks > cores) ? 1 : 64;
     if (rt->live && (st = gfc_live_start(rt)) != TDL_OK)
-        goto err_addrs;
+        goto err_topo;
     TDL_DEBUG("gfc: rank %d of %d ready, worker address %zu bytes", rt->rank, rt->size, addr_len);
     *rt_out = rt;
     return TDL_OK;
 
+err_hosts:
+    free(host_ids);
+    goto err_addrs;
+err_topo:
+    gfc_hosts_free(rt);
 err_addrs:
     free(rt->peer_local);
     free(rt->peer_pid);
@@ -372,6 +413,7 @@ void gfc_runtime_destroy(gfc_runtime_t *rt)
     for (size_t i = 0; i < TDL_ARRAY_SIZE(rt->cache); i++)
         free(rt->cache[i].buf);
     tdl_blobs_free(&rt->addrs);
+    gfc_hosts_free(rt);
     free(rt->peer_local);
     free(rt->peer_pid);
     free(rt->ep_failed_ns);

@@ -21,7 +21,9 @@
  *                       next), hold it as the only dead rank, and run an all-reduce among
  *                       the survivors. Rank 0 then lets the victim go on (SIGCONT): it must find
  *                       itself fenced (declared dead by another rank), its all-reduce failing.
- *                       Lines "SURVIVOR ..." and "FENCED rank=... verdict=PASS|FAIL ...". */
+ *                       Lines "SURVIVOR ..." and "FENCED rank=... verdict=PASS|FAIL ...".
+ * TIDAL_GFC_FAILURE_ALGO=hier (or another algorithm) runs every all-reduce of kill and stop by it
+ * (tests/gfc/test_gfc_hier.sh, on the hosts of TIDAL_GFC_HOSTS or an emulated cluster). */
 #include "config.h"
 
 #include <ctype.h>
@@ -36,6 +38,19 @@
 #include "mpi/baseline.h"
 
 enum { KILL_AT = 5, KILL_ITERATIONS = 20, AR_COUNT = 1000 };
+
+/* TIDAL_GFC_FAILURE_ALGO (ring, butterfly, hier ...): every all-reduce of kill and stop by that
+ * algorithm instead of the modes' own mix; AUTO when unset. */
+static gfc_allreduce_algo_t forced_algo(void)
+{
+    const char *env = getenv("TIDAL_GFC_FAILURE_ALGO");
+    gfc_allreduce_algo_t a = GFC_ALLREDUCE_AUTO;
+    if (env && *env && gfc_allreduce_algo_parse(env, &a) != TDL_OK) {
+        fprintf(stderr, "TIDAL_GFC_FAILURE_ALGO: %s\n", tdl_error_get());
+        exit(2);
+    }
+    return a;
+}
 
 /* Whether `text` holds the number `n` as a whole token (not inside a longer number). */
 static bool names_number(const char *text, int n)
@@ -210,7 +225,7 @@ static int run_kill(harness_t *h)
     static const gfc_allreduce_algo_t algos[] = {GFC_ALLREDUCE_RING, GFC_ALLREDUCE_BUTTERFLY,
                                                  GFC_ALLREDUCE_RECURSIVE_DOUBLING};
     for (int it = 0; st == TDL_OK && it < KILL_ITERATIONS; it++) {
-        gfc_allreduce_opts_t opts = {.algo = algos[it % 3]};
+        gfc_allreduce_opts_t opts = {.algo = forced_algo() ? forced_algo() : algos[it % 3]};
         if (me == victim && it == KILL_AT) {
             /* in the middle of it: started, a little progress, then gone */
             gfc_request_t *req;
@@ -284,7 +299,9 @@ static int run_stop(harness_t *h)
     char msg[512] = "", why[300] = "";
     const char *verdict = "PASS";
     for (int it = 0; st == TDL_OK && it < KILL_ITERATIONS; it++) {
-        gfc_allreduce_opts_t opts = {.algo = it % 2 ? GFC_ALLREDUCE_BUTTERFLY : GFC_ALLREDUCE_RING};
+        gfc_allreduce_opts_t opts = {.algo = forced_algo() ? forced_algo()
+                                     : it % 2            ? GFC_ALLREDUCE_BUTTERFLY
+                                                         : GFC_ALLREDUCE_RING};
         if (me == victim && it == KILL_AT) {
             gfc_request_t *req;
             st = gfc_allreduce_start(&g, in, out, AR_COUNT, GFC_DT_F32, GFC_OP_SUM, &opts, &req);

@@ -56,6 +56,15 @@ tdl_status_t harness_init(harness_t *h, int *argc, char ***argv, int64_t timeout
     env = getenv("TIDAL_GFC_DEAD_AFTER_MS"); /* 0: no keep-alive */
     if (env && *env)
         h->config.dead_after_ms = strtoll(env, NULL, 10);
+    env = getenv("TIDAL_GFC_HOSTS"); /* hosts as gfc sees them: "0,0,1,1" */
+    if (env && *env)
+        snprintf(h->config.hosts, sizeof(h->config.hosts), "%s", env);
+    env = getenv("TIDAL_GFC_HIER_MIN");
+    if (env && *env)
+        h->config.hier_min_bytes = (size_t)strtoull(env, NULL, 10);
+    env = getenv("TIDAL_GFC_HIER_PIECE");
+    if (env && *env)
+        h->config.hier_piece_bytes = (size_t)strtoull(env, NULL, 10);
     st = gfc_runtime_create(&h->config, &h->rt);
     int64_t bad = st != TDL_OK;
     if (bad)

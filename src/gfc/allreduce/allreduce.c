@@ -1,5 +1,7 @@
 /* All-reduce: checks the arguments, picks an algorithm from allreduce_algs[] and hands send and
- * recv to it, which reads the one and writes the other (no copy of send into recv first).
+ * recv to it, which reads the one and writes the other (no copy of send into recv first). The
+ * group's hosts are looked up (O(size), from the runtime's host table) only where they can change
+ * auto's choice: at or above gfc-hier-min bytes on a world of several hosts.
  * Adding an algorithm: a file beside this one, its start function in gfc_internal.h, a value of
  * gfc_allreduce_algo_t (by which a caller forces it; its name in runtime.c's gfc-allreduce
  * choices too) and one row in allreduce_algs[]. */
@@ -13,9 +15,11 @@
 /* What the choice of an algorithm depends on. */
 typedef struct allreduce_sel {
     const gfc_runtime_config_t *config;
-    int size;     /* members of the group */
-    size_t bytes; /* of the vector */
-    bool codec;   /* a codec compresses the hops */
+    int size;      /* members of the group */
+    size_t bytes;  /* of the vector */
+    bool codec;    /* a codec compresses the hops */
+    int hosts;     /* hosts the group spans (1 where it was not worth asking) */
+    int max_local; /* most members on one host */
 } allreduce_sel_t;
 
 /* One algorithm: by name, when it applies (refuses: NULL where it does, otherwise why not) and
@@ -65,6 +69,15 @@ static int allreduce_recursive_doubling_score(const allreduce_sel_t *s)
     return allreduce_small(s) ? 30 : 1;
 }
 
+/* hier sums within each host in f32 and leaves each host with what one ring per local rank
+ * carries, each over a share of the vector, through the codec if any: it pays on groups across
+ * hosts with more than one member on some host, from gfc-hier-min bytes (doc/gfc.md measures
+ * it). With one member per host it is the ring; on one host, a reduce-scatter and all-gather. */
+static int allreduce_hier_score(const allreduce_sel_t *s)
+{
+    return s->hosts > 1 && s->max_local > 1 && s->bytes >= s->config->hier_min_bytes ? 40 : 0;
+}
+
 static const allreduce_alg_t allreduce_algs[] = {
     {GFC_ALLREDUCE_RING, "ring", allreduce_takes_all, allreduce_ring_score,
      gfc_allreduce_ring_start},
@@ -72,6 +85,8 @@ static const allreduce_alg_t allreduce_algs[] = {
      gfc_allreduce_butterfly_start},
     {GFC_ALLREDUCE_RECURSIVE_DOUBLING, "recursive_doubling", allreduce_takes_no_codec,
      allreduce_recursive_doubling_score, gfc_allreduce_recursive_doubling_start},
+    {GFC_ALLREDUCE_HIER, "hier", allreduce_takes_all, allreduce_hier_score,
+     gfc_allreduce_hier_start},
 };
 _Static_assert(TDL_ARRAY_SIZE(allreduce_algs) == GFC_ALLREDUCE_COUNT - 1,
                "every gfc_allreduce_algo_t but AUTO has a row in allreduce_algs[]");
@@ -129,11 +144,19 @@ static gfc_allreduce_algo_t allreduce_choose(const allreduce_sel_t *s, gfc_allre
     return best->id;
 }
 
+gfc_allreduce_algo_t gfc_allreduce_select_hosts(const gfc_runtime_config_t *config, int size,
+                                                size_t bytes, gfc_allreduce_algo_t asked,
+                                                bool codec, int hosts, int max_local)
+{
+    const allreduce_sel_t s = {.config = config, .size = size, .bytes = bytes, .codec = codec,
+                               .hosts = hosts, .max_local = max_local};
+    return allreduce_choose(&s, asked);
+}
+
 gfc_allreduce_algo_t gfc_allreduce_select(const gfc_runtime_config_t *config, int size,
                                           size_t bytes, gfc_allreduce_algo_t asked, bool codec)
 {
-    const allreduce_sel_t s = {.config = config, .size = size, .bytes = bytes, .codec = codec};
-    return allreduce_choose(&s, asked);
+    return gfc_allreduce_select_hosts(config, size, bytes, asked, codec, 1, size);
 }
 
 tdl_status_t gfc_allreduce_start(gfc_group_t *g, const void *send, void *recv, size_t count,
@@ -157,8 +180,12 @@ tdl_status_t gfc_allreduce_start(gfc_group_t *g, const void *send, void *recv, s
                                "gfc allreduce: codec %s needs f32 sum, not %s %s", codec->ops->name,
                                gfc_dtype_name(dtype), gfc_redop_name(op));
     size_t bytes = count * gfc_dtype_size(dtype);
-    const allreduce_sel_t sel = {
-        .config = &g->rt->config, .size = g->size, .bytes = bytes, .codec = codec != NULL};
+    allreduce_sel_t sel = {.config = &g->rt->config, .size = g->size, .bytes = bytes,
+                           .codec = codec != NULL, .hosts = 1, .max_local = g->size};
+    /* The group's hosts only where they can change the choice: O(size), nothing sent. */
+    if (asked == GFC_ALLREDUCE_AUTO && sel.config->allreduce_algo == GFC_ALLREDUCE_AUTO &&
+        g->rt->nhosts > 1 && g->size > 1 && bytes >= sel.config->hier_min_bytes)
+        sel.hosts = gfc_group_hosts(g, &sel.max_local);
     gfc_allreduce_algo_t algo = allreduce_choose(&sel, asked);
     const allreduce_alg_t *alg = allreduce_alg_of(algo);
     const char *why = alg ? alg->refuses(&sel) : NULL; /* a forced one may not apply */

@@ -10,7 +10,12 @@
  * With a codec (f32 sum only) every hop carries encoded bytes: a member's first send encodes its
  * own values, each later one is decode(received) + local, encoded again in one fused pass, and the
  * owner's final encoding travels the all-gather unchanged, so every member decodes the same bytes
- * and holds bit-identical results. */
+ * and holds bit-identical results.
+ *
+ * hier runs this ring between hosts on its share of a larger vector (gfc_ring_rail_start): a view
+ * makes the codec hops name the whole all-reduce (its offsets, group size, identity and sequence
+ * number, and the members' values each ring member's data sums), and a tap hands hier every
+ * chunk's final value (and final encoding) as it is known here, for the host's other members. */
 #include "config.h"
 
 #include <stdlib.h>
@@ -32,6 +37,8 @@ typedef struct ring_chunk {
 } ring_chunk_t;
 
 typedef struct ring_state {
+    const gfc_ring_view_t *view; /* NULL, or what a collective that runs this ring wants (hier) */
+    int *contrib;         /* view: [n + 1]: members' values in a sum of c ring members */
     const unsigned char *src; /* this member's contributions (may be buf) */
     unsigned char *buf;   /* the result; blocks are written before they are read */
     size_t count, esize, chunk_elems;
@@ -46,16 +53,36 @@ typedef struct ring_state {
     ring_chunk_t *chunks;
 } ring_state_t;
 
+void gfc_ring_chunking(const gfc_runtime_config_t *config, int n, size_t count, size_t esize,
+                       bool codec, size_t *chunk_elems_out, int *nchunks_out)
+{
+    size_t max_block = gfc_block_count(count, n, 0);
+    /* With a codec each chunk is one encoding, and dynamiq's budget split among super-groups
+     * works within it: larger chunks spend the bits better but pipeline less (doc/gfc.md). */
+    size_t unit = codec ? config->ring_codec_chunk_bytes : config->ring_chunk_bytes;
+    size_t chunk = TDL_MAX(unit / esize, (size_t)1);
+    chunk = TDL_MAX(chunk, (max_block + GFC_MAX_CHUNKS - 1) / GFC_MAX_CHUNKS);
+    chunk = TDL_MAX(TDL_MIN(chunk, max_block), (size_t)1);
+    int nchunks = (int)((max_block + chunk - 1) / chunk);
+    *chunk_elems_out = chunk;
+    *nchunks_out = nchunks == 0 ? 1 : nchunks;
+}
+
+void gfc_ring_chunk_range(size_t count, int n, size_t chunk_elems, int block, int c,
+                          size_t *first, size_t *len)
+{
+    size_t boff = gfc_block_offset(count, n, block), bcnt = gfc_block_count(count, n, block);
+    size_t lo = TDL_MIN((size_t)c * chunk_elems, bcnt);
+    size_t hi = TDL_MIN(lo + chunk_elems, bcnt);
+    *first = boff + lo;
+    *len = hi - lo;
+}
+
 /* Elements [first, first + len) of chunk c of block b. */
 static void chunk_range(const gfc_request_t *req, int block, int c, size_t *first, size_t *len)
 {
     const ring_state_t *s = req->state;
-    int n = req->group.size;
-    size_t boff = gfc_block_offset(s->count, n, block), bcnt = gfc_block_count(s->count, n, block);
-    size_t lo = TDL_MIN((size_t)c * s->chunk_elems, bcnt);
-    size_t hi = TDL_MIN(lo + s->chunk_elems, bcnt);
-    *first = boff + lo;
-    *len = hi - lo;
+    gfc_ring_chunk_range(s->count, req->group.size, s->chunk_elems, block, c, first, len);
 }
 
 static uint32_t ring_step(int round, int c)
@@ -70,19 +97,34 @@ static int slot_make(int c, int kind)
     return c * 8 + kind;
 }
 
-static gfc_codec_hop_t ring_hop(const gfc_request_t *req, int c, int contributions, size_t first)
+/* An encoding of a sum of `members` ring members (this one and those before it). */
+static gfc_codec_hop_t ring_hop(const gfc_request_t *req, int c, int members, size_t first)
 {
+    const ring_state_t *s = req->state;
+    const gfc_ring_view_t *v = s->view;
     gfc_codec_hop_t h = {
         .rank = req->rt->rank,
-        .hop = contributions - 1,
-        .contributions = contributions,
-        .group_size = req->group.size,
-        .chunk = (uint64_t)c,
-        .offset = first,
-        .group_id = req->group.id,
-        .seq = req->seq,
+        .hop = members - 1,
+        .contributions = v ? s->contrib[members] : members,
+        .group_size = v ? v->group_size : req->group.size,
+        .chunk = (v ? v->chunk : 0) + (uint64_t)c,
+        .offset = (v ? v->offset : 0) + first,
+        .group_id = v ? v->group_id : req->group.id,
+        .seq = v ? v->seq : req->seq,
     };
     return h;
+}
+
+/* Chunk c of `block` holds its final value here: in buf (raw) or as the encoding `enc`. */
+static tdl_status_t ring_tap(gfc_request_t *req, int block, int c, const void *enc,
+                             size_t enc_len)
+{
+    const ring_state_t *s = req->state;
+    if (!s->view || !s->view->tap)
+        return TDL_OK;
+    size_t first, len;
+    chunk_range(req, block, c, &first, &len);
+    return s->view->tap(s->view->arg, block, c, first, len, enc, enc_len);
 }
 
 static int right(const gfc_request_t *req)
@@ -179,6 +221,10 @@ static tdl_status_t raw_on_done(gfc_request_t *req, const gfc_xfer_t *x)
                               len, s->dtype, s->op)))
             return st;
     }
+    /* the owned block's final sum (end of the reduce-scatter), or a final block arrived */
+    if (r >= n - 2 && !s->rs_only &&
+        (st = ring_tap(req, recv_block(req, r), c, NULL, 0)) != TDL_OK)
+        return st;
     if (r == n - 2 && s->rs_only)
         return chunk_finish(req, c);
     if (r == 2 * n - 3)
@@ -256,6 +302,8 @@ static tdl_status_t codec_rs_step(gfc_request_t *req, int c, size_t in_bytes)
             return codec_fail(st, s->codec, "decode");
         if (s->rs_only)
             return chunk_finish(req, c);
+        if ((st = ring_tap(req, recv_block(req, r), c, ch->enc[k], ch->enc_len[k])) != TDL_OK)
+            return st;
     }
     ch->round = r + 1;
     if ((st = enc_send(req, c, r + 1, k)) != TDL_OK)
@@ -291,6 +339,8 @@ static tdl_status_t codec_on_done(gfc_request_t *req, const gfc_xfer_t *x)
     if ((st = s->codec->ops->decode(s->codec->ctx, ch->ag[k], x->bytes,
                                     (float *)(s->buf + first * 4), len)))
         return codec_fail(st, s->codec, "decode");
+    if ((st = ring_tap(req, recv_block(req, r), c, ch->ag[k], x->bytes)) != TDL_OK)
+        return st;
     if (r == 2 * n - 3)
         return chunk_finish(req, c);
     ch->round = r + 1;
@@ -366,10 +416,10 @@ static tdl_status_t ring_first_sends(gfc_request_t *req)
     return st;
 }
 
-tdl_status_t gfc_ring_start(gfc_group_t *g, const char *name, const void *src, void *buf,
-                            size_t count,
-                            gfc_dtype_t dtype, gfc_redop_t op, int shift, bool rs_only, void *out,
-                            const gfc_codec_t *codec, gfc_request_t **req_out)
+static tdl_status_t gfc_ring_start(gfc_group_t *g, const char *name, const void *src, void *buf,
+                                   size_t count, gfc_dtype_t dtype, gfc_redop_t op, int shift,
+                                   bool rs_only, void *out, const gfc_codec_t *codec,
+                                   const gfc_ring_view_t *view, gfc_request_t **req_out)
 {
     gfc_request_t *req;
     tdl_status_t st = gfc_request_create(g, name, ring_progress, sizeof(ring_state_t), &req);
@@ -387,23 +437,24 @@ tdl_status_t gfc_ring_start(gfc_group_t *g, const char *name, const void *src, v
     s->rs_only = rs_only;
     s->out = out;
     s->codec = codec;
-    size_t max_block = gfc_block_count(count, n, 0);
-    /* With a codec each chunk is one encoding, and dynamiq's budget split among super-groups
-     * works within it: larger chunks spend the bits better but pipeline less (doc/gfc.md). */
-    size_t unit = codec ? g->rt->config.ring_codec_chunk_bytes : g->rt->config.ring_chunk_bytes;
-    size_t chunk = TDL_MAX(unit / s->esize, (size_t)1);
-    chunk = TDL_MAX(chunk, (max_block + GFC_MAX_CHUNKS - 1) / GFC_MAX_CHUNKS);
-    s->chunk_elems = TDL_MAX(TDL_MIN(chunk, max_block), (size_t)1);
-    s->nchunks = (int)((max_block + s->chunk_elems - 1) / s->chunk_elems);
-    if (s->nchunks == 0)
-        s->nchunks = 1;
+    s->view = view;
+    gfc_ring_chunking(&g->rt->config, n, count, s->esize, codec != NULL, &s->chunk_elems,
+                      &s->nchunks);
     s->enc_max = codec ? codec->ops->max_encoded_bytes(codec->ctx, s->chunk_elems) : 0;
     size_t tmp_bytes = codec ? s->enc_max : s->chunk_elems * s->esize;
     size_t per_chunk = codec ? 5 * s->enc_max : tmp_bytes;
     s->chunks = calloc((size_t)s->nchunks, sizeof(ring_chunk_t));
     gfc_request_scratch(req, 0, (size_t)s->nchunks * per_chunk + 64);
-    if (!s->chunks || !req->scratch) {
+    if (view) {
+        /* ring member me - k contributes the values of view->weight[me - k] group members */
+        s->contrib = calloc((size_t)n + 1, sizeof(int));
+        for (int c = 1; s->contrib && c <= n; c++)
+            s->contrib[c] = s->contrib[c - 1] +
+                            (view->weight ? view->weight[gfc_mod(g->me - (c - 1), n)] : 1);
+    }
+    if (!s->chunks || !req->scratch || (view && !s->contrib)) {
         free(s->chunks);
+        free(s->contrib);
         gfc_request_free(req);
         return tdl_error_raise(TDL_ERR_NOMEM, "gfc %s: cannot allocate %zu bytes of chunks", name,
                                (size_t)s->nchunks * per_chunk);
@@ -423,6 +474,7 @@ tdl_status_t gfc_ring_start(gfc_group_t *g, const char *name, const void *src, v
     req->cleanup = NULL;
     if ((st = ring_first_sends(req)) != TDL_OK) {
         free(s->chunks);
+        free(s->contrib);
         s->chunks = NULL;
         gfc_request_free(req);
         return st;
@@ -435,7 +487,9 @@ static void ring_cleanup(gfc_request_t *req)
 {
     ring_state_t *s = req->state;
     free(s->chunks);
+    free(s->contrib);
     s->chunks = NULL;
+    s->contrib = NULL;
 }
 
 tdl_status_t gfc_allreduce_ring_start(gfc_group_t *g, const void *send, void *recv, size_t count,
@@ -443,7 +497,7 @@ tdl_status_t gfc_allreduce_ring_start(gfc_group_t *g, const void *send, void *re
                                       gfc_request_t **req_out)
 {
     tdl_status_t st = gfc_ring_start(g, codec ? "allreduce/ring+codec" : "allreduce/ring", send,
-                                     recv, count, dtype, op, 1, false, NULL, codec, req_out);
+                                     recv, count, dtype, op, 1, false, NULL, codec, NULL, req_out);
     if (st == TDL_OK)
         (*req_out)->cleanup = ring_cleanup;
     return st;
@@ -455,7 +509,19 @@ tdl_status_t gfc_ring_reduce_scatter_start(gfc_group_t *g, const char *name, con
                                            gfc_request_t **req_out)
 {
     tdl_status_t st = gfc_ring_start(g, name, src, buf, count, dtype, op, shift, true, out, NULL,
-                                     req_out);
+                                     NULL, req_out);
+    if (st == TDL_OK)
+        (*req_out)->cleanup = ring_cleanup;
+    return st;
+}
+
+tdl_status_t gfc_ring_rail_start(gfc_group_t *g, const char *name, const void *src, void *buf,
+                                 size_t count, gfc_dtype_t dtype, gfc_redop_t op,
+                                 const gfc_codec_t *codec, const gfc_ring_view_t *view,
+                                 gfc_request_t **req_out)
+{
+    tdl_status_t st = gfc_ring_start(g, name, src, buf, count, dtype, op, 1, false, NULL, codec,
+                                     view, req_out);
     if (st == TDL_OK)
         (*req_out)->cleanup = ring_cleanup;
     return st;
