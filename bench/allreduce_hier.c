@@ -30,7 +30,6 @@
 #define HIER_DEFAULT_SIZES   "64M,dit"
 #define HIER_MAX_METHODS     16
 #define HIER_MAX_SIZES       8
-#define HIER_SCALE_BLOCK     4096
 
 typedef struct hier_opts {
     const char *methods;
@@ -118,20 +117,6 @@ static void hier_opts_take(int *argc, char **argv, hier_opts_t *o)
     *argc = kept;
 }
 
-static tdl_status_t hier_dit_params(const char *model, size_t *count_out)
-{
-    dit_config_t cfg;
-    tdl_status_t st = dit_config_named(model, &cfg);
-    if (st != TDL_OK)
-        return st;
-    dit_model_t *m;
-    if ((st = dit_model_create(&cfg, 1, cfg.input_size, &m)) != TDL_OK)
-        return st;
-    *count_out = m->num_params;
-    dit_model_free(m);
-    return TDL_OK;
-}
-
 static void hier_methods_create(bench_ctx_t *ctx, hier_bench_t *b, const hier_opts_t *o)
 {
     char buf[512];
@@ -169,24 +154,6 @@ static void hier_methods_create(bench_ctx_t *ctx, hier_bench_t *b, const hier_op
         bench_check(ctx, tdl_error_raise(TDL_ERR_INVALID_ARG, "no method"), "--methods");
 }
 
-/* allreduce_link's gradient (bench/allreduce_link.c link_fill). */
-static void hier_fill(float *x, size_t count, uint64_t seed, int rank)
-{
-    tdl_rng_t scales, mine;
-    tdl_rng_init(&scales, seed, 0);
-    tdl_rng_init(&mine, seed, (uint64_t)rank + 1);
-    tdl_rng_fill_normal(&mine, x, count);
-    for (size_t b = 0; b < count; b += HIER_SCALE_BLOCK) {
-        float scale = expf(tdl_rng_normal(&scales)) * 1e-3f;
-        size_t end = TDL_MIN(b + HIER_SCALE_BLOCK, count);
-        for (size_t i = b; i < end; i++) {
-            double e =
-                -log(1.0 - tdl_rng_uniform_f64(&mine)) - log(1.0 - tdl_rng_uniform_f64(&mine));
-            x[i] = (float)((double)x[i] * scale / sqrt(0.5 * e));
-        }
-    }
-}
-
 static tdl_status_t hier_run(hier_bench_t *b, const hier_method_t *m, float *recv,
                              uint64_t *wire_out)
 {
@@ -215,17 +182,6 @@ static double hier_sample(bench_ctx_t *ctx, void *arg, int k, int reps)
     return (double)(tdl_clock_ns() - t0) / reps;
 }
 
-static double hier_vnmse(const float *x, const float *ref, size_t n)
-{
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)x[i] - (double)ref[i];
-        num += d * d;
-        den += (double)ref[i] * ref[i];
-    }
-    return den > 0 ? num / den : num;
-}
-
 static void hier_measure(bench_ctx_t *ctx, hier_bench_t *b, const hier_opts_t *o,
                          const char *size_name, float *ref)
 {
@@ -243,7 +199,7 @@ static void hier_measure(bench_ctx_t *ctx, hier_bench_t *b, const hier_opts_t *o
             bench_check(ctx, bench_mpi_barrier(), "MPI_Barrier");
             bench_check(ctx, hier_run(b, &b->m[k], b->recv, &b->wire[k]), b->m[k].name);
         }
-        err[k] = hier_vnmse(b->recv, ref, b->count);
+        err[k] = bench_vnmse(b->recv, ref, b->count);
         same[k] = bench_digest_agree(ctx, bench_digest(b->recv, bytes));
     }
     double wire[HIER_MAX_METHODS];
@@ -314,7 +270,7 @@ int main(int argc, char **argv)
                         "--sizes");
         size_t count = 0;
         if (strcmp(tok, "dit") == 0) {
-            bench_check(&ctx, hier_dit_params(o.model, &count), "--model");
+            bench_check(&ctx, bench_dit_param_count(o.model, &count), "--model");
             snprintf(names[nsizes], sizeof(names[nsizes]), "dit-%s", o.model);
         } else {
             size_t bytes;
@@ -331,7 +287,7 @@ int main(int argc, char **argv)
     float *send = bench_buf_alloc(&ctx, max_count * sizeof(float));
     float *ref = bench_buf_alloc(&ctx, max_count * sizeof(float));
     b.recv = bench_buf_alloc(&ctx, max_count * sizeof(float));
-    hier_fill(send, max_count, ctx.args.seed, ctx.boot.rank);
+    bench_fill_gradient(send, max_count, ctx.args.seed, ctx.boot.rank);
     b.send = send;
     bench_csv_header(&ctx, "link_gbit,method,algo,format,size_name,bytes,np,hosts,values,iters,"
                            "seconds,min_seconds,busbw_gbs,wire_mib,bits_per_value,vnmse,"

@@ -31,7 +31,6 @@
 #define LINK_DEFAULT_SIZES   "64M,dit"
 #define LINK_MAX_FORMATS     32
 #define LINK_MAX_SIZES       8
-#define LINK_SCALE_BLOCK     4096
 
 /* This program's own options; the rest go to bench_ctx_init. */
 typedef struct link_opts {
@@ -114,21 +113,6 @@ static void link_opts_take(int *argc, char **argv, link_opts_t *o)
     *argc = kept;
 }
 
-/* The parameter count of DiT configuration `model`. */
-static tdl_status_t link_dit_params(const char *model, size_t *count_out)
-{
-    dit_config_t cfg;
-    tdl_status_t st = dit_config_named(model, &cfg);
-    if (st != TDL_OK)
-        return st;
-    dit_model_t *m;
-    if ((st = dit_model_create(&cfg, 1, cfg.input_size, &m)) != TDL_OK)
-        return st;
-    *count_out = m->num_params;
-    dit_model_free(m);
-    return TDL_OK;
-}
-
 /* Creates the codecs of the listed formats; one the table does not know is left out, with a
  * line saying so. */
 static void link_formats_create(bench_ctx_t *ctx, link_state_t *s, const char *list, uint64_t seed)
@@ -163,26 +147,6 @@ static void link_formats_create(bench_ctx_t *ctx, link_state_t *s, const char *l
                     "--formats");
 }
 
-/* Per block of LINK_SCALE_BLOCK values a scale exp(N(0, 1)) / 1000 from stream 0 (the same on
- * every rank), times Student-t(4) values from this rank's stream: z / sqrt((E1 + E2) / 2) with
- * E = -log(uniform) exponential, so (E1 + E2) / 2 is chi-squared(4) / 4. */
-static void link_fill(float *x, size_t count, uint64_t seed, int rank)
-{
-    tdl_rng_t scales, mine;
-    tdl_rng_init(&scales, seed, 0);
-    tdl_rng_init(&mine, seed, (uint64_t)rank + 1);
-    tdl_rng_fill_normal(&mine, x, count);
-    for (size_t b = 0; b < count; b += LINK_SCALE_BLOCK) {
-        float scale = expf(tdl_rng_normal(&scales)) * 1e-3f;
-        size_t end = TDL_MIN(b + LINK_SCALE_BLOCK, count);
-        for (size_t i = b; i < end; i++) {
-            double e =
-                -log(1.0 - tdl_rng_uniform_f64(&mine)) - log(1.0 - tdl_rng_uniform_f64(&mine));
-            x[i] = (float)((double)x[i] * scale / sqrt(0.5 * e));
-        }
-    }
-}
-
 /* One all-reduce of s->send into recv through codec (NULL: exact); *wire_out: the bytes this
  * rank handed to UCX for it. */
 static tdl_status_t link_run(link_state_t *s, const train_codec_t *codec, float *recv,
@@ -209,18 +173,6 @@ static double link_sample(bench_ctx_t *ctx, void *arg, int m, int reps)
     return (double)(tdl_clock_ns() - t0) / reps;
 }
 
-/* ||x - ref|| / ||ref|| */
-static double link_rel_err(const float *x, const float *ref, size_t n)
-{
-    double num = 0.0, den = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)x[i] - (double)ref[i];
-        num += d * d;
-        den += (double)ref[i] * ref[i];
-    }
-    return den > 0.0 ? sqrt(num / den) : sqrt(num);
-}
-
 /* Measures every format at one size; `size_name` goes into the rows. */
 static void link_measure(bench_ctx_t *ctx, link_state_t *s, const link_opts_t *o,
                          const char *size_name, float *ref)
@@ -241,7 +193,7 @@ static void link_measure(bench_ctx_t *ctx, link_state_t *s, const link_opts_t *o
             bench_check(ctx, bench_mpi_barrier(), "MPI_Barrier");
             bench_check(ctx, link_run(s, f->codec, s->recv, &s->wire[m]), f->name);
         }
-        err[m] = link_rel_err(s->recv, ref, s->count);
+        err[m] = sqrt(bench_vnmse(s->recv, ref, s->count));
     }
     double wire[LINK_MAX_FORMATS];
     for (int m = 0; m < nf; m++)
@@ -310,7 +262,7 @@ int main(int argc, char **argv)
                         "--sizes");
         size_t count = 0;
         if (strcmp(tok, "dit") == 0) {
-            bench_check(&ctx, link_dit_params(o.model, &count), "--model");
+            bench_check(&ctx, bench_dit_param_count(o.model, &count), "--model");
             snprintf(names[nsizes], sizeof(names[nsizes]), "dit-%s", o.model);
         } else {
             size_t bytes;
@@ -328,7 +280,7 @@ int main(int argc, char **argv)
     float *send = bench_buf_alloc(&ctx, max_count * sizeof(float));
     float *ref = bench_buf_alloc(&ctx, max_count * sizeof(float));
     s.recv = bench_buf_alloc(&ctx, max_count * sizeof(float));
-    link_fill(send, max_count, ctx.args.seed, ctx.boot.rank);
+    bench_fill_gradient(send, max_count, ctx.args.seed, ctx.boot.rank);
     s.send = send;
 
     bench_csv_header(&ctx, "link_gbit,format,size_name,bytes,np,values,iters,seconds,min_seconds,"

@@ -3,11 +3,13 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bench/bench_common.h"
+#include "dit/dit.h"
 #include "mpi/bench_mpi.h"
 
 static void bench_usage(FILE *out, const char *name)
@@ -400,4 +402,48 @@ bool bench_digest_agree(const bench_ctx_t *ctx, uint64_t digest)
     int64_t differ = root != digest;
     bench_check(ctx, bench_mpi_sum_i64(&differ, 1), "digest comparison");
     return differ == 0;
+}
+
+#define BENCH_SCALE_BLOCK 4096
+
+void bench_fill_gradient(float *x, size_t count, uint64_t seed, int rank)
+{
+    tdl_rng_t scales, mine;
+    tdl_rng_init(&scales, seed, 0);
+    tdl_rng_init(&mine, seed, (uint64_t)rank + 1);
+    tdl_rng_fill_normal(&mine, x, count);
+    for (size_t b = 0; b < count; b += BENCH_SCALE_BLOCK) {
+        float scale = expf(tdl_rng_normal(&scales)) * 1e-3f;
+        size_t end = TDL_MIN(b + BENCH_SCALE_BLOCK, count);
+        for (size_t i = b; i < end; i++) {
+            double e =
+                -log(1.0 - tdl_rng_uniform_f64(&mine)) - log(1.0 - tdl_rng_uniform_f64(&mine));
+            x[i] = (float)((double)x[i] * scale / sqrt(0.5 * e));
+        }
+    }
+}
+
+tdl_status_t bench_dit_param_count(const char *model, size_t *count_out)
+{
+    dit_config_t cfg;
+    tdl_status_t st = dit_config_named(model, &cfg);
+    if (st != TDL_OK)
+        return st;
+    dit_model_t *m;
+    if ((st = dit_model_create(&cfg, 1, cfg.input_size, &m)) != TDL_OK)
+        return st;
+    *count_out = m->num_params;
+    dit_model_free(m);
+    return TDL_OK;
+}
+
+double bench_vnmse(const float *x, const float *ref, size_t n)
+{
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)x[i] - (double)ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+    }
+    return den > 0.0 ? num / den : num;
 }

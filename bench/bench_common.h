@@ -94,4 +94,13 @@ uint64_t bench_digest(const void *buf, size_t bytes);
 /* Collective over the world: true when every rank passed the same digest. */
 bool bench_digest_agree(const bench_ctx_t *ctx, uint64_t digest);
 
+/* Gradient-like values: per block of 4096 a scale exp(N(0, 1)) / 1000 from stream 0 (the same
+ * on every rank), times Student-t(4) values from this rank's stream: z / sqrt((E1 + E2) / 2)
+ * with E = -log(uniform) exponential, so (E1 + E2) / 2 is chi-squared(4) / 4. */
+void bench_fill_gradient(float *x, size_t count, uint64_t seed, int rank);
+/* The parameters of the DiT configuration `model` ("fmnist"): the values of its gradient. */
+tdl_status_t bench_dit_param_count(const char *model, size_t *count_out);
+/* sum (x - ref)^2 / sum ref^2 (the sum of squares alone where ref is 0). */
+double bench_vnmse(const float *x, const float *ref, size_t n);
+
 #endif /* TIDAL_BENCH_COMMON_H */

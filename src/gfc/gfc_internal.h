@@ -213,6 +213,17 @@ static inline size_t gfc_block_count(size_t n, int parts, int i)
 {
     return gfc_block_offset(n, parts, i + 1) - gfc_block_offset(n, parts, i);
 }
+/* splitmix64's finalizer: a bijection with full avalanche (group ids, tags, namespaces). */
+static inline uint64_t gfc_mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    return x;
+}
+
 static inline int gfc_mod(int a, int n)
 {
     return ((a % n) + n) % n;

@@ -6,17 +6,6 @@
 
 #include "gfc/gfc_internal.h"
 
-static inline uint64_t mix64(uint64_t x)
-{
-    /* splitmix64's finalizer: a bijection with full avalanche */
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    x ^= x >> 31;
-    return x;
-}
-
 tdl_status_t gfc_group_init(gfc_group_t *group_out, gfc_runtime_t *rt, const int *ranks, int size,
                             uint64_t ns)
 {
@@ -37,7 +26,7 @@ tdl_status_t gfc_group_init(gfc_group_t *group_out, gfc_runtime_t *rt, const int
         memset(stack_bits, 0, words * sizeof(uint64_t));
     tdl_status_t st = TDL_OK;
     int me = -1;
-    uint64_t id = mix64(ns ^ 0x6766632d67726f75ull) ^ (uint64_t)size;
+    uint64_t id = gfc_mix64(ns ^ 0x6766632d67726f75ull) ^ (uint64_t)size;
     for (int i = 0; i < size; i++) {
         int r = ranks[i];
         if (r < 0 || r >= rt->size) {
@@ -54,7 +43,7 @@ tdl_status_t gfc_group_init(gfc_group_t *group_out, gfc_runtime_t *rt, const int
         bits[r / 64] |= 1ull << (r % 64);
         if (r == rt->rank)
             me = i;
-        id = mix64(id + (uint64_t)(uint32_t)r + 0x9e3779b97f4a7c15ull);
+        id = gfc_mix64(id + (uint64_t)(uint32_t)r + 0x9e3779b97f4a7c15ull);
     }
     if (bits != stack_bits)
         free(bits);
@@ -71,10 +60,10 @@ tdl_status_t gfc_group_init(gfc_group_t *group_out, gfc_runtime_t *rt, const int
 
 uint64_t gfc_tag(uint64_t tag_base, uint32_t step, int src_world)
 {
-    return mix64(tag_base ^ (((uint64_t)step << 32) | (uint32_t)src_world));
+    return gfc_mix64(tag_base ^ (((uint64_t)step << 32) | (uint32_t)src_world));
 }
 
 uint64_t gfc_tag_base(uint64_t group_id, uint64_t seq)
 {
-    return mix64(group_id ^ mix64(seq + 0x7f4a7c159e3779b9ull));
+    return gfc_mix64(group_id ^ gfc_mix64(seq + 0x7f4a7c159e3779b9ull));
 }

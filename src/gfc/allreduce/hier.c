@@ -105,16 +105,6 @@ typedef struct hier_state {
     unsigned char *ag_slots;
 } hier_state_t;
 
-static uint64_t hier_mix(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    x ^= x >> 31;
-    return x;
-}
-
 static uint32_t hier_step(const hier_state_t *s, int phase, int region, int k)
 {
     return ((uint32_t)phase << 31) | ((uint32_t)region * s->span + (uint32_t)k);
@@ -196,7 +186,7 @@ static tdl_status_t hier_rail_start(gfc_request_t *req, int region)
     const hier_region_t *r = &s->reg[region];
     int shard = region % s->S;
     /* A namespace of its own for every (collective, region): no two rails share tags. */
-    uint64_t ns = hier_mix(req->tag_base + 0x9e3779b97f4a7c15ull * (uint64_t)(region + 1));
+    uint64_t ns = gfc_mix64(req->tag_base + 0x9e3779b97f4a7c15ull * (uint64_t)(region + 1));
     tdl_status_t st =
         gfc_group_init(&rail->group, req->rt, s->rail_ranks + (size_t)shard * s->H, s->H, ns);
     if (st != TDL_OK)
