@@ -259,31 +259,9 @@ int main(int argc, char **argv)
     }
     char names[HIER_MAX_SIZES][32];
     size_t counts[HIER_MAX_SIZES], max_count = 0;
-    int nsizes = 0;
-    char buf[256];
-    snprintf(buf, sizeof(buf), "%s", o.sizes);
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
-         tok = strtok_r(NULL, ",", &save)) {
-        if (nsizes == HIER_MAX_SIZES)
-            bench_check(&ctx,
-                        tdl_error_raise(TDL_ERR_INVALID_ARG, "more than %d sizes", HIER_MAX_SIZES),
-                        "--sizes");
-        size_t count = 0;
-        if (strcmp(tok, "dit") == 0) {
-            bench_check(&ctx, bench_dit_param_count(o.model, &count), "--model");
-            snprintf(names[nsizes], sizeof(names[nsizes]), "dit-%s", o.model);
-        } else {
-            size_t bytes;
-            bench_check(&ctx, bench_size_parse(tok, &bytes), "--sizes");
-            count = bytes / sizeof(float);
-            bench_size_format(count * sizeof(float), names[nsizes], sizeof(names[nsizes]));
-        }
-        if (count == 0)
-            bench_check(&ctx, tdl_error_raise(TDL_ERR_INVALID_ARG, "size '%s' is empty", tok),
-                        "--sizes");
-        counts[nsizes++] = count;
-        max_count = TDL_MAX(max_count, count);
-    }
+    int nsizes = bench_gradient_sizes(&ctx, o.sizes, o.model, names, counts, HIER_MAX_SIZES);
+    for (int i = 0; i < nsizes; i++)
+        max_count = TDL_MAX(max_count, counts[i]);
     float *send = bench_buf_alloc(&ctx, max_count * sizeof(float));
     float *ref = bench_buf_alloc(&ctx, max_count * sizeof(float));
     b.recv = bench_buf_alloc(&ctx, max_count * sizeof(float));

@@ -447,3 +447,32 @@ double bench_vnmse(const float *x, const float *ref, size_t n)
     }
     return den > 0.0 ? num / den : num;
 }
+
+int bench_gradient_sizes(bench_ctx_t *ctx, const char *list, const char *model, char (*names)[32],
+                         size_t *counts, int max)
+{
+    int n = 0;
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", list);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        if (n == max)
+            bench_check(ctx, tdl_error_raise(TDL_ERR_INVALID_ARG, "more than %d sizes", max),
+                        "--sizes");
+        size_t count = 0;
+        if (strcmp(tok, "dit") == 0) {
+            bench_check(ctx, bench_dit_param_count(model, &count), "--model");
+            snprintf(names[n], sizeof(names[n]), "dit-%s", model);
+        } else {
+            size_t bytes;
+            bench_check(ctx, bench_size_parse(tok, &bytes), "--sizes");
+            count = bytes / sizeof(float);
+            bench_size_format(count * sizeof(float), names[n], sizeof(names[n]));
+        }
+        if (count == 0)
+            bench_check(ctx, tdl_error_raise(TDL_ERR_INVALID_ARG, "size '%s' is empty", tok),
+                        "--sizes");
+        counts[n++] = count;
+    }
+    return n;
+}

@@ -103,4 +103,11 @@ tdl_status_t bench_dit_param_count(const char *model, size_t *count_out);
 /* sum (x - ref)^2 / sum ref^2 (the sum of squares alone where ref is 0). */
 double bench_vnmse(const float *x, const float *ref, size_t n);
 
+/* The --sizes list of the all-reduce benchmarks: sizes ("64M") and "dit" (the gradient of the
+ * DiT configuration `model`) as counts of f32 values, with their names ("64MiB",
+ * "dit-fmnist"); a bad entry ends the run through bench_check, naming it. Returns how many (at
+ * most `max`). */
+int bench_gradient_sizes(bench_ctx_t *ctx, const char *list, const char *model, char (*names)[32],
+                         size_t *counts, int max);
+
 #endif /* TIDAL_BENCH_COMMON_H */
