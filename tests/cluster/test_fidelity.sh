@@ -120,9 +120,19 @@ for attempt in 1 2; do
     [ $attempt = 1 ] && diag "a rank was off by more than 10%: measuring once more"
 done
 # the share each device got: CPU seconds of the whole program / its wall seconds
-# (at least 85%: the kernel's tick, 4 ms at 250 Hz, can delay a device's turn in its period)
-check "every device of 1, 4 and 8 had its 0.22 of a core (85% to 105% of it)" \
-    awk 'NF == 6 { if ($6 < 0.187 || $6 > 0.231) bad++ } END { exit bad != 0 }' "$dir/rates"
+# (at least 85%: the kernel's tick, 4 ms at 250 Hz, can delay a device's turn in its period).
+# Where other work kept the rest of the machine busy (over 0.4 core beside a lone device, as a
+# build or another test does in CI), a device gets its turns later still: down to 77% of its
+# share was seen with 1.2 cores of other work. There the bound is 70%, which a device whose
+# quota or weight were lost would still fail (alone it takes the whole core, 450%; behind
+# other work without its weight, far less than its share).
+lo=0.187 pct=85
+if ! awk -v b="$busy" 'BEGIN { exit !(b < 0.4) }'; then
+    lo=0.154 pct=70
+    diag "up to $busy cores of other work ran beside the devices: a share of 70% or more is enough"
+fi
+check "every device of 1, 4 and 8 had its 0.22 of a core ($pct% to 105% of it)" \
+    awk -v lo=$lo 'NF == 6 { if ($6 < lo || $6 > 0.231) bad++ } END { exit bad != 0 }' "$dir/rates"
 if [ $rc = 0 ] || awk -v b="$busy" 'BEGIN { exit !(b < 0.4) }'; then
     check "every rank of 4 and of 8 devices computes within 10% of one device alone" [ $rc = 0 ]
 else

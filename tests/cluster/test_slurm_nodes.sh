@@ -70,11 +70,14 @@ nodes_main() {
 echo "$SLURM_PROCID `hostname` `awk -F: '$2 ~ /(^|,)cpu(,|$)/ { print $3 }' /proc/self/cgroup`"
 EOF
     chmod 755 "$w/dev.sh"
-    timeout 60 srun -N 2 --ntasks-per-node=2 "$w/dev.sh" 2>&1 | sort -n >"$w/dev.out"
+    # (srun's own lines, such as "job N queued and waiting for resources" while the last step's
+    # allocation is let go, go to stderr: not mixed with the tasks')
+    timeout 60 srun -N 2 --ntasks-per-node=2 "$w/dev.sh" 2>"$w/dev.err" | sort -n >"$w/dev.out"
     printf '%s\n' "0 h0 /$TIDAL_CLUSTER/r0" "1 h0 /$TIDAL_CLUSTER/r1" \
         "2 h1 /$TIDAL_CLUSTER/r2" "3 h1 /$TIDAL_CLUSTER/r3" >"$w/dev.want"
     check "each task joins its host's next device (TaskProlog): `tr '\n' ' ' <"$w/dev.out"`" \
         cmp -s "$w/dev.out" "$w/dev.want"
+    cmp -s "$w/dev.out" "$w/dev.want" || sed 's/^/# srun: /' "$w/dev.err"
 
     diag "srun checks done after $((`date +%s` - t0)) s"
     # jobs/train.sbatch on the two nodes
