@@ -11,18 +11,9 @@
 #include "dit/backend.h"
 #include "dit/dit.h"
 #include "tap.h"
+#include "randn.h"
 
 static tdl_status_t open_device_backend(dit_backend_t **be_out);
-
-static tdl_rng_t rng;
-
-static float *randn(size_t n, float std)
-{
-    float *p = tensor_alloc(n);
-    for (size_t i = 0; i < n; i++)
-        p[i] = std * tdl_rng_normal(&rng);
-    return p;
-}
 
 /* max |a - b| / max(max |b|, tiny) */
 static double rel_err(const float *a, const float *b, size_t n)

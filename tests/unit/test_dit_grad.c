@@ -9,16 +9,7 @@
 
 #include "dit/dit_internal.h"
 #include "tap.h"
-
-static tdl_rng_t rng;
-
-static float *randn(size_t n, float std)
-{
-    float *p = tensor_alloc(n);
-    for (size_t i = 0; i < n; i++)
-        p[i] = std * tdl_rng_normal(&rng);
-    return p;
-}
+#include "randn.h"
 
 typedef double (*loss_fn)(void *ctx);
 

@@ -14,16 +14,7 @@
 
 #include "dit/dit_internal.h"
 #include "tap.h"
-
-static tdl_rng_t rng;
-
-static float *randn(size_t n, float std)
-{
-    float *p = tensor_alloc(n);
-    for (size_t i = 0; i < n; i++)
-        p[i] = std * tdl_rng_normal(&rng);
-    return p;
-}
+#include "randn.h"
 
 /* The first index where a and b differ as bytes, or -1. */
 static long first_diff(const float *a, const float *b, size_t n)
