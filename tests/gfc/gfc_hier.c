@@ -57,16 +57,6 @@ typedef struct hgroup {
     int hosts, max_local; /* by hand, from the host table */
 } hgroup_t;
 
-static void *xmalloc(size_t bytes)
-{
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) {
-        fprintf(stderr, "out of memory (%zu bytes)\n", bytes);
-        abort();
-    }
-    return p;
-}
-
 /* A fresh group value (a new namespace) for every all-reduce: cases never share sequences. */
 static gfc_group_t *hg_fresh(harness_t *h, hgroup_t *G)
 {
@@ -113,7 +103,7 @@ static void batch_check(harness_t *h, hgroup_t *G, hash_batch_t *b)
 {
     if (b->count == 0)
         return;
-    uint64_t *all = xmalloc((size_t)G->n * (size_t)b->count * sizeof(uint64_t));
+    uint64_t *all = harness_xmalloc((size_t)G->n * (size_t)b->count * sizeof(uint64_t));
     if (harness_expect_status(h,
                               mref_allgather(G->ref, b->hashes, all, (size_t)b->count, MREF_DT_I64),
                               TDL_OK, "MPI all-gather of hashes")) {
@@ -147,7 +137,7 @@ static void test_host_table(harness_t *h)
     int W = h->size;
     gfc_runtime_t *rt = h->rt;
     /* what each rank says of itself: its host name, or its TIDAL_GFC_HOSTS entry */
-    char mine[64], *all = h->rank == 0 ? xmalloc((size_t)W * sizeof(mine)) : NULL;
+    char mine[64], *all = h->rank == 0 ? harness_xmalloc((size_t)W * sizeof(mine)) : NULL;
     memset(mine, 0, sizeof(mine));
     const char *fake = getenv("TIDAL_GFC_HOSTS");
     if (fake && *fake) {
@@ -159,12 +149,12 @@ static void test_host_table(harness_t *h)
         snprintf(mine, sizeof(mine), "?");
     }
     mref_world_gather_bytes(mine, sizeof(mine), all, 0);
-    int *table = xmalloc((size_t)W * sizeof(int));
+    int *table = harness_xmalloc((size_t)W * sizeof(int));
     for (int r = 0; r < W; r++)
         table[r] = gfc_runtime_host(rt, r);
     uint64_t hash = harness_hash(table, (size_t)W * sizeof(int)), *hashes = NULL;
     if (h->rank == 0)
-        hashes = xmalloc((size_t)W * sizeof(uint64_t));
+        hashes = harness_xmalloc((size_t)W * sizeof(uint64_t));
     mref_world_gather_bytes(&hash, sizeof(hash), hashes, 0);
     if (h->rank == 0) {
         for (int r = 0; r < W; r++)
@@ -197,7 +187,7 @@ static void test_host_table(harness_t *h)
     /* gfc_group_hosts on random groups against a count by hand */
     tdl_rng_t rng;
     harness_rng(h, 77, &rng);
-    int *ranks = xmalloc((size_t)W * sizeof(int));
+    int *ranks = harness_xmalloc((size_t)W * sizeof(int));
     for (int k = 0; k < 50; k++) {
         int n = harness_random_group(&rng, W, 1, W, ranks);
         if (harness_index_of(ranks, n, h->rank) < 0)
@@ -238,7 +228,7 @@ static void add_group(harness_t *h, const int *ranks, int n, const char *kind)
         return;
     hgroup_t *G = &groups[ngroups];
     memset(G, 0, sizeof(*G));
-    G->ranks = xmalloc((size_t)n * sizeof(int));
+    G->ranks = harness_xmalloc((size_t)n * sizeof(int));
     memcpy(G->ranks, ranks, (size_t)n * sizeof(int));
     G->n = n;
     G->ns = 1000000 * (uint64_t)(ngroups + 1);
@@ -258,7 +248,7 @@ static void add_group(harness_t *h, const int *ranks, int n, const char *kind)
 static void build_groups(harness_t *h)
 {
     int W = h->size, H = gfc_runtime_hosts(h->rt);
-    int *ranks = xmalloc((size_t)W * sizeof(int)), n;
+    int *ranks = harness_xmalloc((size_t)W * sizeof(int)), n;
     tdl_rng_t rng;
     harness_rng(h, 3, &rng);
     for (int r = 0; r < W; r++)
@@ -329,9 +319,9 @@ static void exact_case(harness_t *h, hgroup_t *G, gfc_dtype_t dt, gfc_redop_t op
                        size_t count, bool in_place, uint64_t key, hash_batch_t *b)
 {
     size_t es = gfc_dtype_size(dt);
-    float *f = xmalloc(count * sizeof(float));
-    unsigned char *send = xmalloc(count * es), *recv = xmalloc(count * es);
-    unsigned char *ref = xmalloc(count * es);
+    float *f = harness_xmalloc(count * sizeof(float));
+    unsigned char *send = harness_xmalloc(count * es), *recv = harness_xmalloc(count * es);
+    unsigned char *ref = harness_xmalloc(count * es);
     fill_f32(f, count, kind, h->seed, key, h->rank);
     for (size_t i = 0; i < count; i++) {
         if (dt == GFC_DT_F32)
@@ -431,8 +421,8 @@ static void test_codecs(harness_t *h, hgroup_t *G, int gi)
 {
     const size_t n = 40009;
     uint64_t key = 0x900000ull * (uint64_t)(gi + 1);
-    float *x = xmalloc(n * sizeof(float)), *y = xmalloc(n * sizeof(float));
-    float *z = xmalloc(n * sizeof(float)), *tmp = xmalloc(n * sizeof(float));
+    float *x = harness_xmalloc(n * sizeof(float)), *y = harness_xmalloc(n * sizeof(float));
+    float *z = harness_xmalloc(n * sizeof(float)), *tmp = harness_xmalloc(n * sizeof(float));
     double *exact = calloc(n, sizeof(double));
     for (int m = 0; m < G->n; m++) {
         fill_f32(tmp, n, IN_GRAD, h->seed, key, G->ranks[m]);
@@ -486,9 +476,9 @@ static void test_feedback(harness_t *h, hgroup_t *G)
     enum { K = 8 };
     const size_t n = 30011;
     uint64_t key = 0xef0000ull;
-    float *x = xmalloc(n * sizeof(float)), *g = xmalloc(n * sizeof(float));
-    float *y = xmalloc(n * sizeof(float));
-    double *exact = calloc(n, sizeof(double)), *mean = xmalloc(n * sizeof(double));
+    float *x = harness_xmalloc(n * sizeof(float)), *g = harness_xmalloc(n * sizeof(float));
+    float *y = harness_xmalloc(n * sizeof(float));
+    double *exact = calloc(n, sizeof(double)), *mean = harness_xmalloc(n * sizeof(double));
     for (int m = 0; m < G->n; m++) {
         fill_f32(y, n, IN_GRAD, h->seed, key, G->ranks[m]);
         for (size_t i = 0; i < n; i++)
@@ -556,8 +546,9 @@ static void test_auto(harness_t *h, hgroup_t *G, int gi)
         for (int k = 0; k < 2; k++) {
             size_t n = sizes[k];
             uint64_t key = 0xa00000ull * (uint64_t)(gi + 1) + (uint64_t)(2 * c + k);
-            float *x = xmalloc(n * 4), *a = xmalloc(n * 4), *hi = xmalloc(n * 4),
-                  *ri = xmalloc(n * 4), *bi = xmalloc(n * 4);
+            float *x = harness_xmalloc(n * 4), *a = harness_xmalloc(n * 4),
+                  *hi = harness_xmalloc(n * 4), *ri = harness_xmalloc(n * 4),
+                  *bi = harness_xmalloc(n * 4);
             fill_f32(x, n, IN_NORMAL, h->seed, key, h->rank);
             const gfc_codec_t *codec = c && tc ? train_codec_hook(tc) : NULL;
             gfc_allreduce_opts_t oa = {.algo = GFC_ALLREDUCE_AUTO, .codec = codec};

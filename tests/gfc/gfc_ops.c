@@ -110,22 +110,12 @@ static double elem(const void *buf, size_t i, gfc_dtype_t dt)
     }
 }
 
-static void *xmalloc(size_t bytes)
-{
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) {
-        fprintf(stderr, "out of memory (%zu bytes)\n", bytes);
-        abort();
-    }
-    return p;
-}
-
 /* sum over the members of |input element off + i|, for float tolerances. */
 static double *sumabs_new(const harness_t *h, const ops_group_t *G, uint64_t key, gfc_dtype_t dt,
                           size_t total, size_t off, size_t count)
 {
     double *s = calloc(count ? count : 1, sizeof(double));
-    void *tmp = xmalloc(total * dt_sizes[dt]);
+    void *tmp = harness_xmalloc(total * dt_sizes[dt]);
     for (int m = 0; m < G->n; m++) {
         fill(tmp, total, dt, h->seed, key, G->ranks[m]);
         for (size_t i = 0; i < count; i++)
@@ -202,7 +192,7 @@ static void batch_add(hash_batch_t *b, const void *buf, size_t bytes, const char
 static void batch_check(harness_t *h, ops_group_t *G, hash_batch_t *b)
 {
     size_t k = b->count;
-    uint64_t *all = xmalloc((size_t)G->n * k * sizeof(uint64_t));
+    uint64_t *all = harness_xmalloc((size_t)G->n * k * sizeof(uint64_t));
     tdl_status_t st = mref_allgather(G->ref, b->hashes, all, k, MREF_DT_I64);
     if (harness_expect_status(h, st, TDL_OK, "MPI all-gather of result hashes")) {
         bool bad = false;
@@ -229,7 +219,7 @@ static void test_group_init(ops_t *o)
     gfc_group_t g, untouched;
     gfc_stats_t before, after;
     char want[32];
-    int *ranks = xmalloc((size_t)(W + 2) * sizeof(int));
+    int *ranks = harness_xmalloc((size_t)(W + 2) * sizeof(int));
     gfc_runtime_stats(h->rt, &before);
 
     /* a duplicate in a list no longer than the world: [me, d, d], or [me, me] in a world of 2 */
@@ -312,7 +302,7 @@ static void test_group_init(ops_t *o)
                            g.seq == 0 && g.rt == h->rt,
                        "group fields: size %d me %d ns %" PRIu64 " seq %" PRIu64, g.size, g.me,
                        g.ns, g.seq);
-        uint64_t *ids = xmalloc((size_t)W * sizeof(uint64_t));
+        uint64_t *ids = harness_xmalloc((size_t)W * sizeof(uint64_t));
         mref_world_gather_bytes(&g.id, sizeof(g.id), ids, 0);
         for (int r = 0; r < W && me == 0; r++)
             harness_expect(h, ids[r] == g.id, "group id of rank %d differs from rank 0's", r);
@@ -320,7 +310,7 @@ static void test_group_init(ops_t *o)
         gfc_group_t other;
         st = gfc_group_init(&other, h->rt, ranks, W, 78);
         harness_expect(h, st == TDL_OK && other.id != g.id, "same ranks, other ns: same id");
-        int *rev = xmalloc((size_t)W * sizeof(int));
+        int *rev = harness_xmalloc((size_t)W * sizeof(int));
         for (int r = 0; r < W; r++)
             rev[r] = r;
         st = gfc_group_init(&other, h->rt, rev, W, 77);
@@ -360,7 +350,8 @@ static void test_p2p(ops_t *o, ops_group_t *G)
     for (size_t k = 0; k < TDL_ARRAY_SIZE(sizes); k++) {
         size_t size = sizes[k];
         uint64_t key = ops_key(G);
-        unsigned char *s = xmalloc(size), *r = xmalloc(size + 16), *want = xmalloc(size);
+        unsigned char *s = harness_xmalloc(size), *r = harness_xmalloc(size + 16),
+                      *want = harness_xmalloc(size);
         fill(s, size, GFC_DT_BYTE, h->seed, key, G->ranks[me]);
         fill(want, size, GFC_DT_BYTE, h->seed, key, G->ranks[prev]);
         memset(r, 0xee, size + 16);
@@ -390,9 +381,9 @@ static void test_p2p(ops_t *o, ops_group_t *G)
     unsigned char *s[2], *r[2], *want[2];
     gfc_request_t *sreq[2] = {NULL, NULL}, *rreq[2] = {NULL, NULL};
     for (int t = 0; t < 2; t++) {
-        s[t] = xmalloc(len[t]);
-        r[t] = xmalloc(len[t] + 8);
-        want[t] = xmalloc(len[t]);
+        s[t] = harness_xmalloc(len[t]);
+        r[t] = harness_xmalloc(len[t] + 8);
+        want[t] = harness_xmalloc(len[t]);
         fill(s[t], len[t], GFC_DT_BYTE, h->seed, key + (uint64_t)t * 7919, G->ranks[me]);
         fill(want[t], len[t], GFC_DT_BYTE, h->seed, key + (uint64_t)t * 7919, G->ranks[prev]);
     }
@@ -481,7 +472,7 @@ static void test_bcast(ops_t *o, ops_group_t *G)
                 continue;
             uint64_t key = ops_key(G);
             size_t bytes = mc.count * dt_sizes[mc.dt];
-            unsigned char *buf = xmalloc(bytes), *ref = xmalloc(bytes);
+            unsigned char *buf = harness_xmalloc(bytes), *ref = harness_xmalloc(bytes);
             if (G->g.me == root)
                 fill(buf, mc.count, mc.dt, h->seed, key, G->ranks[root]);
             else
@@ -515,8 +506,8 @@ static void test_gather(ops_t *o, ops_group_t *G)
             move_case_t mc = cases[c];
             uint64_t key = ops_key(G);
             size_t bytes = mc.count * dt_sizes[mc.dt], all = bytes * (size_t)G->n;
-            unsigned char *send = xmalloc(bytes), *copy = xmalloc(bytes);
-            unsigned char *recv = xmalloc(all), *ref = xmalloc(all);
+            unsigned char *send = harness_xmalloc(bytes), *copy = harness_xmalloc(bytes);
+            unsigned char *recv = harness_xmalloc(all), *ref = harness_xmalloc(all);
             fill(send, mc.count, mc.dt, h->seed, key, G->ranks[G->g.me]);
             memcpy(copy, send, bytes);
             memset(recv, 0x5a, all);
@@ -547,7 +538,8 @@ static void test_allgather(ops_t *o, ops_group_t *G)
         move_case_t mc = cases[c];
         uint64_t key = ops_key(G);
         size_t bytes = mc.count * dt_sizes[mc.dt], all = bytes * (size_t)G->n;
-        unsigned char *send = xmalloc(bytes), *recv = xmalloc(all), *ref = xmalloc(all);
+        unsigned char *send = harness_xmalloc(bytes), *recv = harness_xmalloc(all),
+                      *ref = harness_xmalloc(all);
         fill(send, mc.count, mc.dt, h->seed, key, G->ranks[G->g.me]);
         memset(recv, 0x5a, all);
         memset(ref, 0x5a, all);
@@ -588,16 +580,16 @@ static void test_allgatherv(ops_t *o, ops_group_t *G)
 {
     harness_t *h = o->h;
     static const gfc_dtype_t dts[] = {GFC_DT_BYTE, GFC_DT_I32};
-    size_t *counts = xmalloc((size_t)G->n * sizeof(size_t));
-    size_t *displs = xmalloc((size_t)G->n * sizeof(size_t));
+    size_t *counts = harness_xmalloc((size_t)G->n * sizeof(size_t));
+    size_t *displs = harness_xmalloc((size_t)G->n * sizeof(size_t));
     for (int pattern = 0; pattern < 3; pattern++) {
         for (size_t d = 0; d < TDL_ARRAY_SIZE(dts); d++) {
             gfc_dtype_t dt = dts[d];
             uint64_t key = ops_key(G);
             size_t total = v_layout(G, pattern, key, counts, displs) * dt_sizes[dt];
             size_t mine = counts[G->g.me];
-            unsigned char *send = xmalloc(mine * dt_sizes[dt]);
-            unsigned char *recv = xmalloc(total), *ref = xmalloc(total);
+            unsigned char *send = harness_xmalloc(mine * dt_sizes[dt]);
+            unsigned char *recv = harness_xmalloc(total), *ref = harness_xmalloc(total);
             fill(send, mine, dt, h->seed, key, G->ranks[G->g.me]);
             memset(recv, 0x5a, total);
             memset(ref, 0x5a, total);
@@ -628,8 +620,8 @@ static void test_alltoall(ops_t *o, ops_group_t *G)
         move_case_t mc = cases[c];
         uint64_t key = ops_key(G);
         size_t all = mc.count * dt_sizes[mc.dt] * (size_t)G->n;
-        unsigned char *send = xmalloc(all), *copy = xmalloc(all);
-        unsigned char *recv = xmalloc(all), *ref = xmalloc(all);
+        unsigned char *send = harness_xmalloc(all), *copy = harness_xmalloc(all);
+        unsigned char *recv = harness_xmalloc(all), *ref = harness_xmalloc(all);
         fill(send, mc.count * (size_t)G->n, mc.dt, h->seed, key, G->ranks[G->g.me]);
         memcpy(copy, send, all);
         memset(recv, 0x5a, all);
@@ -660,8 +652,10 @@ static void test_alltoallv(ops_t *o, ops_group_t *G)
 {
     harness_t *h = o->h;
     int n = G->n, me = G->g.me;
-    size_t *sc = xmalloc((size_t)n * sizeof(size_t)), *sd = xmalloc((size_t)n * sizeof(size_t));
-    size_t *rc = xmalloc((size_t)n * sizeof(size_t)), *rd = xmalloc((size_t)n * sizeof(size_t));
+    size_t *sc = harness_xmalloc((size_t)n * sizeof(size_t)),
+           *sd = harness_xmalloc((size_t)n * sizeof(size_t));
+    size_t *rc = harness_xmalloc((size_t)n * sizeof(size_t)),
+           *rd = harness_xmalloc((size_t)n * sizeof(size_t));
     static const gfc_dtype_t dts[] = {GFC_DT_BYTE, GFC_DT_I64};
     for (int p = 0; p < 2; p++) {
         for (size_t d = 0; d < TDL_ARRAY_SIZE(dts); d++) {
@@ -680,8 +674,8 @@ static void test_alltoallv(ops_t *o, ops_group_t *G)
                 rd[k] = rat;
                 rat += rc[k] + 3;
             }
-            unsigned char *send = xmalloc(sat * es), *recv = xmalloc(rat * es);
-            unsigned char *ref = xmalloc(rat * es);
+            unsigned char *send = harness_xmalloc(sat * es), *recv = harness_xmalloc(rat * es);
+            unsigned char *ref = harness_xmalloc(rat * es);
             fill(send, sat, dt, h->seed, key, G->ranks[me]);
             memset(recv, 0x5a, rat * es);
             memset(ref, 0x5a, rat * es);
@@ -716,8 +710,9 @@ static void test_reduce_scatter(ops_t *o, ops_group_t *G)
             for (size_t c = 0; c < TDL_ARRAY_SIZE(counts); c++) {
                 size_t count = counts[c], total = count * (size_t)n, es = dt_sizes[dt];
                 uint64_t key = ops_key(G);
-                unsigned char *send = xmalloc(total * es), *recv = xmalloc(count * es);
-                unsigned char *ref = xmalloc(count * es);
+                unsigned char *send = harness_xmalloc(total * es),
+                              *recv = harness_xmalloc(count * es);
+                unsigned char *ref = harness_xmalloc(count * es);
                 fill(send, total, dt, h->seed, key, G->ranks[G->g.me]);
                 memset(recv, 0x5a, count * es);
                 tdl_status_t st = gfc_reduce_scatter(&G->g, send, recv, count, dt, (gfc_redop_t)op);
@@ -749,8 +744,8 @@ static void allreduce_case(ops_t *o, ops_group_t *G, gfc_allreduce_algo_t algo, 
     harness_t *h = o->h;
     size_t es = dt_sizes[dt];
     uint64_t key = ops_key(G);
-    unsigned char *send = xmalloc(count * es), *recv = xmalloc(count * es);
-    unsigned char *ref = xmalloc(count * es);
+    unsigned char *send = harness_xmalloc(count * es), *recv = harness_xmalloc(count * es);
+    unsigned char *ref = harness_xmalloc(count * es);
     fill(send, count, dt, h->seed, key, G->ranks[G->g.me]);
     uint64_t send_hash = harness_hash(send, count * es);
     memset(recv, 0xff, count * es);
@@ -983,7 +978,7 @@ static void codec_verdict(harness_t *h, ops_group_t *G, const test_codec_t *c, c
     bool encodes = algo != GFC_ALLREDUCE_HIER || gfc_group_hosts(&G->g, NULL) > 1;
     harness_expect(h, c->bad == 0, "%s: %ld bad codec call(s), first: %s", what, c->bad,
                    c->first_bad);
-    int64_t mine = c->max_contributions, *all = xmalloc((size_t)G->n * sizeof(int64_t));
+    int64_t mine = c->max_contributions, *all = harness_xmalloc((size_t)G->n * sizeof(int64_t));
     if (harness_expect_status(h, mref_allgather(G->ref, &mine, all, 1, MREF_DT_I64), TDL_OK,
                               "MPI all-gather of contributions")) {
         int64_t most = 0;
@@ -1014,8 +1009,9 @@ static void test_codec(ops_t *o, ops_group_t *G)
         for (size_t c = 0; c < ncounts; c++) {
             size_t count = counts[c], bytes = count * 4;
             uint64_t key = ops_key(G);
-            float *send = xmalloc(bytes), *plain = xmalloc(bytes), *exact = xmalloc(bytes);
-            float *r_lossless = xmalloc(bytes), *r_lossy = xmalloc(bytes);
+            float *send = harness_xmalloc(bytes), *plain = harness_xmalloc(bytes),
+                  *exact = harness_xmalloc(bytes);
+            float *r_lossless = harness_xmalloc(bytes), *r_lossy = harness_xmalloc(bytes);
             fill(send, count, GFC_DT_F32, h->seed, key, G->ranks[G->g.me]);
             char what[96];
             snprintf(what, sizeof(what), "codec %s x%zu", algo_names[algo], count);
@@ -1098,7 +1094,7 @@ static void add_group(ops_t *o, const int *ranks, int n, const char *kind, bool 
     harness_t *h = o->h;
     ops_group_t *G = &o->groups[o->ngroups];
     memset(G, 0, sizeof(*G));
-    G->ranks = xmalloc((size_t)n * sizeof(int));
+    G->ranks = harness_xmalloc((size_t)n * sizeof(int));
     memcpy(G->ranks, ranks, (size_t)n * sizeof(int));
     G->n = n;
     G->index = o->ngroups++;
@@ -1112,7 +1108,7 @@ static void build_groups(ops_t *o)
 {
     harness_t *h = o->h;
     int W = h->size;
-    int *ranks = xmalloc((size_t)W * sizeof(int));
+    int *ranks = harness_xmalloc((size_t)W * sizeof(int));
     tdl_rng_t rng;
     harness_rng(h, 1, &rng);
     o->groups = calloc(8, sizeof(ops_group_t));

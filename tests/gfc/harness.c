@@ -250,3 +250,13 @@ uint64_t harness_hash(const void *buf, size_t len)
     }
     return x;
 }
+
+void *harness_xmalloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "out of memory (%zu bytes)\n", bytes);
+        abort();
+    }
+    return p;
+}

@@ -56,6 +56,8 @@ void harness_shuffle(tdl_rng_t *rng, int *v, int n);
 /* A random group of min..max distinct world ranks in random order; `ranks` has room for
  * `world` entries. Returns the size. */
 int harness_random_group(tdl_rng_t *rng, int world, int min, int max, int *ranks);
+/* malloc that aborts, naming the size, when memory runs out (at least 1 byte). */
+void *harness_xmalloc(size_t bytes);
 /* Index of rank in ranks, or -1. */
 int harness_index_of(const int *ranks, int n, int rank);
 /* "[3,0,5]", truncated to size. */
