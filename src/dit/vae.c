@@ -46,7 +46,8 @@ tdl_status_t dit_vae_config_check(const dit_vae_config_t *c)
                                c->layers_per_block);
     if (c->norm_num_groups < 1 || c->norm_num_groups > 1024)
         return tdl_error_raise(TDL_ERR_INVALID_ARG,
-                               "VAE: norm_num_groups = %d is outside 1 to 1024", c->norm_num_groups);
+                               "VAE: norm_num_groups = %d is outside 1 to 1024",
+                               c->norm_num_groups);
     for (int i = 0; i < c->num_blocks; i++) {
         int ch = c->block_out_channels[i];
         if (ch < 1 || ch > 4096 || ch % c->norm_num_groups != 0)
@@ -247,8 +248,8 @@ void dit_vae_init_weights(dit_vae_t *vae, uint64_t seed)
 
 /* ---- layers -------------------------------------------------------------------------------- */
 
-void dit_vae_groupnorm_forward(float *out, const float *in, const float *weight,
-                               const float *bias, int c, int hw, int groups, bool silu)
+void dit_vae_groupnorm_forward(float *out, const float *in, const float *weight, const float *bias,
+                               int c, int hw, int groups, bool silu)
 {
     int per = c / groups;
     size_t n = (size_t)per * hw;
@@ -275,7 +276,8 @@ void dit_vae_groupnorm_forward(float *out, const float *in, const float *weight,
     }
 }
 
-/* cols[Cin*9, (r1-r0)*W] of output rows r0 to r1, zero beyond the edges (padding 1) */
+/* cols[Cin*9, (r1-r0)*W] of output rows r0 to r1, zero beyond the edges (padding 1); the
+ * columns x0 to x1 of a tap read inside the row, and are copied whole. */
 static void im2col3(float *cols, const float *in, int cin, int h, int w, int r0, int r1)
 {
     size_t ncol = (size_t)(r1 - r0) * w;
@@ -283,18 +285,20 @@ static void im2col3(float *cols, const float *in, int cin, int h, int w, int r0,
         for (int ky = 0; ky < 3; ky++)
             for (int kx = 0; kx < 3; kx++) {
                 float *row = cols + ((size_t)ci * 9 + ky * 3 + kx) * ncol;
+                int x0 = TDL_MAX(0, 1 - kx), x1 = TDL_MIN(w, w + 1 - kx);
                 for (int y = r0; y < r1; y++) {
                     float *dst = row + (size_t)(y - r0) * w;
                     int sy = y + ky - 1;
-                    if (sy < 0 || sy >= h) {
+                    if (sy < 0 || sy >= h || x1 <= x0) {
                         memset(dst, 0, (size_t)w * sizeof(float));
                         continue;
                     }
-                    const float *src = in + ((size_t)ci * h + sy) * w;
-                    for (int x = 0; x < w; x++) {
-                        int sx = x + kx - 1;
-                        dst[x] = sx >= 0 && sx < w ? src[sx] : 0.0f;
-                    }
+                    const float *src = in + ((size_t)ci * h + sy) * w + (kx - 1);
+                    if (x0 > 0)
+                        dst[0] = 0.0f;
+                    memcpy(dst + x0, src + x0, (size_t)(x1 - x0) * sizeof(float));
+                    if (x1 < w)
+                        dst[w - 1] = 0.0f;
                 }
             }
 }
@@ -353,12 +357,12 @@ static void swap(float **a, float **b)
     *b = t;
 }
 
-static void conv(vae_ws_t *ws, const char *prefix, float *out, const float *in, int cin,
-                 int cout, int h, int w, int k, bool accumulate)
+static void conv(vae_ws_t *ws, const char *prefix, float *out, const float *in, int cin, int cout,
+                 int h, int w, int k, bool accumulate)
 {
     dit_vae_conv2d_forward(out, in, param(ws->vae, prefix, "weight"),
-                           param(ws->vae, prefix, "bias"), cin, cout, h, w, k, accumulate,
-                           ws->cols, ws->cols_floats);
+                           param(ws->vae, prefix, "bias"), cin, cout, h, w, k, accumulate, ws->cols,
+                           ws->cols_floats);
 }
 
 static void norm(vae_ws_t *ws, const char *prefix, float *out, const float *in, int c, int hw,
@@ -430,8 +434,8 @@ static void attention_forward(vae_ws_t *ws, const char *prefix, int c, int t)
         tensor_gemm(false, false, rows, c, t, 1.0f, s, t, v, c, 0.0f, o + (size_t)r0 * c, c);
     }
     name_join(name, prefix, "to_out.0");
-    tensor_linear_forward(q, o, param(ws->vae, name, "weight"), param(ws->vae, name, "bias"), t,
-                          c, c, 0);
+    tensor_linear_forward(q, o, param(ws->vae, name, "weight"), param(ws->vae, name, "bias"), t, c,
+                          c, 0);
     for (int ch = 0; ch < c; ch++)
         for (int i = 0; i < t; i++)
             ws->x[(size_t)ch * t + i] += q[(size_t)i * c + ch];

@@ -15,13 +15,13 @@
 #define DIT_VAE_MAX_BLOCKS 8
 
 typedef struct dit_vae_config {
-    int latent_channels;                         /* 4 */
-    int out_channels;                            /* 3 */
-    int num_blocks;                              /* entries of block_out_channels */
-    int block_out_channels[DIT_VAE_MAX_BLOCKS];  /* {128, 256, 512, 512}: 8x upsampling */
-    int layers_per_block;                        /* 2: the decoder has one more per block */
-    int norm_num_groups;                         /* 32 */
-    float scaling_factor;                        /* 0.18215: latents are z * scaling_factor */
+    int latent_channels;                        /* 4 */
+    int out_channels;                           /* 3 */
+    int num_blocks;                             /* entries of block_out_channels */
+    int block_out_channels[DIT_VAE_MAX_BLOCKS]; /* {128, 256, 512, 512}: 8x upsampling */
+    int layers_per_block;                       /* 2: the decoder has one more per block */
+    int norm_num_groups;                        /* 32 */
+    float scaling_factor;                       /* 0.18215: latents are z * scaling_factor */
 } dit_vae_config_t;
 
 /* The configuration of sd-vae-ft-ema and sd-vae-ft-mse. */
@@ -35,8 +35,8 @@ int dit_vae_upscale(const dit_vae_config_t *config);
 typedef struct dit_vae {
     dit_vae_config_t config;
     size_t num_params;
-    float *params;              /* every tensor, in the order of infos */
-    dit_param_info_t *infos;    /* name, shape and offset of each tensor */
+    float *params;           /* every tensor, in the order of infos */
+    dit_param_info_t *infos; /* name, shape and offset of each tensor */
     int ninfos;
 } dit_vae_t;
 
@@ -63,8 +63,8 @@ size_t dit_vae_decode_bytes(const dit_vae_config_t *config, int h, int w);
 
 /* out[C, HW] = GroupNorm(in) * weight[c] + bias[c] over `groups` groups of C / groups channels,
  * eps 1e-6, then SiLU when silu; out may be in. Statistics accumulate in double. */
-void dit_vae_groupnorm_forward(float *out, const float *in, const float *weight,
-                               const float *bias, int c, int hw, int groups, bool silu);
+void dit_vae_groupnorm_forward(float *out, const float *in, const float *weight, const float *bias,
+                               int c, int hw, int groups, bool silu);
 /* out[Cout, H, W] (+)= conv(in[Cin, H, W]) + bias, k 1 (no padding) or 3 (padding 1), stride 1,
  * weight[Cout, Cin, k, k] as PyTorch's Conv2d: im2col of a band of output rows at a time into
  * cols (cols_floats of them, at least Cin * 9 * W for k 3), then one GEMM a band. accumulate:

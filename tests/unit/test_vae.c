@@ -19,7 +19,8 @@ static void is_shape(const dit_vae_t *vae, const char *name, int ndim, const int
     for (int d = 0; same && d < ndim; d++)
         same = p->shape[d] == shape[d];
     if (!ok(same, "%s has shape [%d%s%s]", name, shape[0], ndim > 1 ? ", ..." : "",
-            p ? "" : " (missing)") && p) {
+            p ? "" : " (missing)") &&
+        p) {
         printf("#   got ndim %d:", p->ndim);
         for (int d = 0; d < p->ndim; d++)
             printf(" %d", p->shape[d]);
@@ -36,13 +37,13 @@ static size_t sd_count_by_hand(void)
     size_t res512 = 2 * (2 * 512) + 2 * (512 * 512 * 9 + 512);
     size_t attn = 2 * 512 + 4 * (512 * 512 + 512);
     size_t mid = 2 * res512 + attn;
-    size_t up512 = 3 * res512 + (512 * 512 * 9 + 512);             /* up_blocks.0 and .1 */
-    size_t res512_256 = 2 * 512 + (512 * 256 * 9 + 256) + 2 * 256 + (256 * 256 * 9 + 256) +
-                        (512 * 256 + 256);
+    size_t up512 = 3 * res512 + (512 * 512 * 9 + 512); /* up_blocks.0 and .1 */
+    size_t res512_256 =
+        2 * 512 + (512 * 256 * 9 + 256) + 2 * 256 + (256 * 256 * 9 + 256) + (512 * 256 + 256);
     size_t res256 = 2 * (2 * 256) + 2 * (256 * 256 * 9 + 256);
     size_t up2 = res512_256 + 2 * res256 + (256 * 256 * 9 + 256);
-    size_t res256_128 = 2 * 256 + (256 * 128 * 9 + 128) + 2 * 128 + (128 * 128 * 9 + 128) +
-                        (256 * 128 + 128);
+    size_t res256_128 =
+        2 * 256 + (256 * 128 * 9 + 128) + 2 * 128 + (128 * 128 * 9 + 128) + (256 * 128 + 128);
     size_t res128 = 2 * (2 * 128) + 2 * (128 * 128 * 9 + 128);
     size_t up3 = res256_128 + 2 * res128; /* the last block has no upsampler */
     size_t out = 2 * 128 + (128 * 3 * 9 + 3);
@@ -59,8 +60,9 @@ static void test_sd_names(void)
         return;
     }
     is_int(sd_count_by_hand(), 49490199, "the count by hand is 49,490,199");
-    is_int(vae->num_params, 49490199, "the SD decoder, post_quant_conv included, has 49,490,199 "
-                                      "parameters");
+    is_int(vae->num_params, 49490199,
+           "the SD decoder, post_quant_conv included, has 49,490,199 "
+           "parameters");
     is_int(vae->ninfos, 140, "in 140 tensors");
     is_int(dit_vae_upscale(&c), 8, "8x upsampling");
     size_t next = 0;
@@ -81,8 +83,7 @@ static void test_sd_names(void)
     is_shape(vae, "decoder.mid_block.attentions.0.to_out.0.bias", 1, (const int[]){512});
     is_shape(vae, "decoder.mid_block.resnets.1.conv2.weight", 4, (const int[]){512, 512, 3, 3});
     is_shape(vae, "decoder.up_blocks.0.resnets.2.conv1.weight", 4, (const int[]){512, 512, 3, 3});
-    is_shape(vae, "decoder.up_blocks.1.upsamplers.0.conv.weight", 4,
-             (const int[]){512, 512, 3, 3});
+    is_shape(vae, "decoder.up_blocks.1.upsamplers.0.conv.weight", 4, (const int[]){512, 512, 3, 3});
     is_shape(vae, "decoder.up_blocks.2.resnets.0.conv1.weight", 4, (const int[]){256, 512, 3, 3});
     is_shape(vae, "decoder.up_blocks.2.resnets.0.conv_shortcut.weight", 4,
              (const int[]){256, 512, 1, 1});
@@ -131,9 +132,9 @@ static void test_groupnorm(void)
     float out[8], act[8];
     dit_vae_groupnorm_forward(out, in, w, b, 4, 2, 2, false);
     double r0 = 1 / sqrt(5 + 1e-6), r1 = 1 / sqrt(4 + 1e-6);
-    const double want[8] = {-3 * r0 * 2 + 0.5, -1 * r0 * 2 + 0.5, 1 * r0, 3 * r0,
-                            -2 * r1 * 0.5 + 1, -2 * r1 * 0.5 + 1, 2 * r1 * -1 - 0.25,
-                            2 * r1 * -1 - 0.25};
+    const double want[8] = {
+        -3 * r0 * 2 + 0.5,  -1 * r0 * 2 + 0.5, 1 * r0, 3 * r0, -2 * r1 * 0.5 + 1, -2 * r1 * 0.5 + 1,
+        2 * r1 * -1 - 0.25, 2 * r1 * -1 - 0.25};
     double err = 0, serr = 0;
     for (int i = 0; i < 8; i++)
         err = fmax(err, fabs(out[i] - want[i]));
@@ -205,6 +206,20 @@ static void test_conv(void)
     }
     ok(e1 < 1e-5, "5 -> 3 channels on 7x6, one band: a direct loop within 1e-5 (%.2g)", e1);
     ok(e2 < 1e-5, "the same a row at a time: within 1e-5 (%.2g)", e2);
+
+    /* images one pixel wide and one pixel high: every tap but the middle one reads padding */
+    int shapes[2][2] = {{4, 1}, {1, 4}};
+    double e4 = 0;
+    for (int t = 0; t < 2; t++) {
+        int hh = shapes[t][0], ww = shapes[t][1];
+        double r4[3 * 4];
+        float y4[3 * 4];
+        conv3_direct(r4, x, wt, bs, cin, cout, hh, ww);
+        dit_vae_conv2d_forward(y4, x, wt, bs, cin, cout, hh, ww, 3, false, big, 5 * 9 * 42);
+        for (int i = 0; i < cout * hh * ww; i++)
+            e4 = fmax(e4, fabs(y4[i] - r4[i]));
+    }
+    ok(e4 < 1e-5, "on 4x1 and 1x4 images: a direct loop within 1e-5 (%.2g)", e4);
 
     /* 1x1 added to what out holds (the resnet's shortcut) */
     float acc[3 * 42];
