@@ -62,7 +62,7 @@ size_t dit_vae_decode_bytes(const dit_vae_config_t *config, int h, int w);
 /* ---- layers (vae.c), exposed for the tests; x is one image [C, H, W] ------------------------ */
 
 /* out[C, HW] = GroupNorm(in) * weight[c] + bias[c] over `groups` groups of C / groups channels,
- * eps 1e-6, then SiLU when silu; out may be in. Statistics accumulate in double. */
+ * eps 1e-6, then SiLU when silu; out may be in. Statistics accumulate in double, by chunks. */
 void dit_vae_groupnorm_forward(float *out, const float *in, const float *weight, const float *bias,
                                int c, int hw, int groups, bool silu);
 /* out[Cout, H, W] (+)= conv(in[Cin, H, W]) + bias, k 1 (no padding) or 3 (padding 1), stride 1,
