@@ -1,0 +1,76 @@
+/* vae: the decoder of the Stable Diffusion VAE (diffusers' AutoencoderKL, as the reference DiT
+ * uses it: sd-vae-ft-ema / sd-vae-ft-mse), on the CPU. Parameters are named exactly as in
+ * diffusers' state_dict (>= 0.15: attention's to_q, to_k, to_v, to_out.0) and held in one
+ * contiguous array, so an importer maps a state_dict by name and shape. The encoder comes next
+ * (doc/vae.md). */
+#ifndef TIDAL_DIT_VAE_H
+#define TIDAL_DIT_VAE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/core.h"
+#include "dit/dit.h"
+
+#define DIT_VAE_MAX_BLOCKS 8
+
+typedef struct dit_vae_config {
+    int latent_channels;                        /* 4 */
+    int out_channels;                           /* 3 */
+    int num_blocks;                             /* entries of block_out_channels */
+    int block_out_channels[DIT_VAE_MAX_BLOCKS]; /* {128, 256, 512, 512}: 8x upsampling */
+    int layers_per_block;                       /* 2: the decoder has one more per block */
+    int norm_num_groups;                        /* 32 */
+    float scaling_factor;                       /* 0.18215: latents are z * scaling_factor */
+} dit_vae_config_t;
+
+/* The configuration of sd-vae-ft-ema and sd-vae-ft-mse. */
+void dit_vae_config_sd(dit_vae_config_t *config_out);
+/* Every width a positive multiple of norm_num_groups, the counts in range; the error names the
+ * field. */
+tdl_status_t dit_vae_config_check(const dit_vae_config_t *config);
+/* Each image's pixels are 2^(num_blocks - 1) times its latent's a side. */
+int dit_vae_upscale(const dit_vae_config_t *config);
+
+typedef struct dit_vae {
+    dit_vae_config_t config;
+    size_t num_params;
+    float *params;           /* every tensor, in the order of infos */
+    dit_param_info_t *infos; /* name, shape and offset of each tensor */
+    int ninfos;
+} dit_vae_t;
+
+tdl_status_t dit_vae_create(const dit_vae_config_t *config, dit_vae_t **vae_out);
+void dit_vae_free(dit_vae_t *vae);
+/* PyTorch's default initialization (convolutions and linears uniform in +-1/sqrt(fan_in),
+ * weight and bias alike; GroupNorm's weight 1 and bias 0), reproducible from seed. */
+void dit_vae_init_weights(dit_vae_t *vae, uint64_t seed);
+/* The tensor of that diffusers name ("decoder.conv_in.weight"), or NULL. */
+const dit_param_info_t *dit_vae_param(const dit_vae_t *vae, const char *name);
+
+/* rgb[n, out_channels, s*h, s*w] = decoder(post_quant_conv(latents / scaling_factor)), with
+ * latents[n, latent_channels, h, w] as the DiT samples them (already scaled) and s =
+ * dit_vae_upscale. The output is nominally in [-1, 1] and not clamped (diffusers does not
+ * clamp either). One image at a time, each exactly as it would be alone; the buffers are the
+ * call's (dit_vae_decode_bytes): three of one image's largest activation, a band of the
+ * convolutions' columns, the mid-block attention's rows. rgb is written only on success. */
+tdl_status_t dit_vae_decode(const dit_vae_t *vae, const float *latents, int n, int h, int w,
+                            float *rgb);
+/* Bytes dit_vae_decode allocates for latents of h x w. */
+size_t dit_vae_decode_bytes(const dit_vae_config_t *config, int h, int w);
+
+/* ---- layers (vae.c), exposed for the tests; x is one image [C, H, W] ------------------------ */
+
+/* out[C, HW] = GroupNorm(in) * weight[c] + bias[c] over `groups` groups of C / groups channels,
+ * eps 1e-6, then SiLU when silu; out may be in. Statistics accumulate in double, by chunks. */
+void dit_vae_groupnorm_forward(float *out, const float *in, const float *weight, const float *bias,
+                               int c, int hw, int groups, bool silu);
+/* out[Cout, H, W] (+)= conv(in[Cin, H, W]) + bias, k 1 (no padding) or 3 (padding 1), stride 1,
+ * weight[Cout, Cin, k, k] as PyTorch's Conv2d: im2col of a band of output rows at a time into
+ * cols (cols_floats of them, at least Cin * 9 * W for k 3), then one GEMM a band. accumulate:
+ * out already holds values to add to. */
+void dit_vae_conv2d_forward(float *out, const float *in, const float *weight, const float *bias,
+                            int cin, int cout, int h, int w, int k, bool accumulate, float *cols,
+                            size_t cols_floats);
+
+#endif /* TIDAL_DIT_VAE_H */

@@ -1,0 +1,124 @@
+/* The VAE decoder driven from files, for tests/cli/test_vae_torch.sh (its PyTorch reference) and
+ * for timing; not a test by itself.
+ *   vae_ref names BLOCKS LAYERS GROUPS
+ *       one line a tensor: its diffusers name and shape, in the order of the weights file
+ *   vae_ref decode BLOCKS LAYERS GROUPS WEIGHTS LATENTS N H W OUT
+ *       WEIGHTS: every tensor as raw float32 in that order; LATENTS: N x 4 x H x W float32
+ *       (scaled by 0.18215); OUT gets N x 3 x sH x sW float32
+ *   vae_ref time BLOCKS LAYERS GROUPS H W REPEATS
+ *       random weights; the median time of one decode of one latent, in ms
+ * BLOCKS is block_out_channels, "32,64" or "sd" for the whole Stable Diffusion configuration. */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dit/vae.h"
+
+static int fail(const char *what)
+{
+    fprintf(stderr, "vae_ref: %s: %s\n", what, tdl_error_get());
+    return 1;
+}
+
+static int parse_config(char **argv, dit_vae_config_t *c)
+{
+    dit_vae_config_sd(c);
+    if (strcmp(argv[0], "sd") == 0)
+        return 0;
+    c->num_blocks = 0;
+    for (char *s = argv[0]; *s && c->num_blocks < DIT_VAE_MAX_BLOCKS; s++) {
+        c->block_out_channels[c->num_blocks++] = (int)strtol(s, &s, 10);
+        if (*s != ',')
+            break;
+    }
+    c->layers_per_block = atoi(argv[1]);
+    c->norm_num_groups = atoi(argv[2]);
+    return 0;
+}
+
+static int read_floats(const char *path, float *dst, size_t n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "vae_ref: cannot open %s\n", path);
+        return 1;
+    }
+    size_t got = fread(dst, sizeof(float), n, f);
+    int extra = fgetc(f) != EOF;
+    fclose(f);
+    if (got != n || extra) {
+        fprintf(stderr, "vae_ref: %s holds %s than the %zu floats expected\n", path,
+                got != n ? "fewer" : "more", n);
+        return 1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 5) {
+        fprintf(stderr, "usage: vae_ref names|decode|time BLOCKS LAYERS GROUPS ...\n");
+        return 2;
+    }
+    dit_vae_config_t c;
+    parse_config(argv + 2, &c);
+    dit_vae_t *vae;
+    if (dit_vae_create(&c, &vae) != TDL_OK)
+        return fail("create");
+    int rc = 0;
+    if (strcmp(argv[1], "names") == 0) {
+        for (int i = 0; i < vae->ninfos; i++) {
+            printf("%s", vae->infos[i].name);
+            for (int d = 0; d < vae->infos[i].ndim; d++)
+                printf(" %d", vae->infos[i].shape[d]);
+            printf("\n");
+        }
+    } else if (strcmp(argv[1], "decode") == 0 && argc == 11) {
+        int n = atoi(argv[7]), h = atoi(argv[8]), w = atoi(argv[9]), s = dit_vae_upscale(&c);
+        size_t in = (size_t)n * c.latent_channels * h * w;
+        size_t out = (size_t)n * c.out_channels * h * s * w * s;
+        float *lat = malloc(in * sizeof(float)), *rgb = malloc(out * sizeof(float));
+        rc = !lat || !rgb || read_floats(argv[5], vae->params, vae->num_params) ||
+             read_floats(argv[6], lat, in);
+        if (!rc && dit_vae_decode(vae, lat, n, h, w, rgb) != TDL_OK)
+            rc = fail("decode");
+        FILE *f = rc ? NULL : fopen(argv[10], "wb");
+        if (!rc && (!f || fwrite(rgb, sizeof(float), out, f) != out))
+            rc = 1, fprintf(stderr, "vae_ref: cannot write %s\n", argv[10]);
+        if (f && fclose(f) != 0)
+            rc = 1;
+        free(rgb);
+        free(lat);
+    } else if (strcmp(argv[1], "time") == 0 && argc == 8) {
+        int h = atoi(argv[5]), w = atoi(argv[6]), reps = atoi(argv[7]), s = dit_vae_upscale(&c);
+        dit_vae_init_weights(vae, 1);
+        float *lat = malloc((size_t)c.latent_channels * h * w * sizeof(float));
+        float *rgb = malloc((size_t)c.out_channels * h * s * w * s * sizeof(float));
+        double *ms = calloc((size_t)reps, sizeof(double));
+        tdl_rng_t rng;
+        tdl_rng_init(&rng, 7, 0);
+        for (int i = 0; lat && i < c.latent_channels * h * w; i++)
+            lat[i] = 0.18215f * tdl_rng_normal(&rng);
+        for (int r = 0; lat && rgb && ms && r < reps && !rc; r++) {
+            double t0 = tdl_clock_s();
+            if (dit_vae_decode(vae, lat, 1, h, w, rgb) != TDL_OK)
+                rc = fail("decode");
+            ms[r] = 1e3 * (tdl_clock_s() - t0);
+        }
+        if (!rc)
+            printf("decode %dx%d -> %dx%d: %.1f ms (median of %d), %zu parameters, %.1f MiB of "
+                   "buffers\n",
+                   h, w, h * s, w * s, tdl_median(ms, (size_t)reps), reps, vae->num_params,
+                   (double)dit_vae_decode_bytes(&c, h, w) / (1 << 20));
+        free(ms);
+        free(rgb);
+        free(lat);
+    } else {
+        fprintf(stderr, "vae_ref: unknown command or wrong count of arguments\n");
+        rc = 2;
+    }
+    dit_vae_free(vae);
+    return rc;
+}
