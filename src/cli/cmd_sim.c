@@ -26,6 +26,14 @@ static const tdl_param_def_t sim_params[] = {
      "cost model JSON (tidal profile; doc/scheduler.md); default: the built-in model", NULL, 1, 0},
     {"chunk", TDL_PARAM_INT, "1", "denoising steps per STEP_CHUNK task (tidal serve's default too)",
      NULL, 1, 1000},
+    {"max-batch", TDL_PARAM_INT, "8",
+     "batched chunks: waiting requests of one resolution and sampler join a chunk while all "
+     "their images fit in this many rows, as tidal serve --max-batch batches them",
+     NULL, 2, 4096},
+    {"batching", TDL_PARAM_BOOL, "true",
+     "batched chunks as tidal serve under mpirun takes them (--no-batching: one request a "
+     "task)",
+     NULL, 0, 0},
     {"request-log", TDL_PARAM_STRING, NULL,
      "a JSON line per request (seq, arrival_s, finish_s, latency_s, ok), as tidal serve "
      "--request-log writes",
@@ -145,6 +153,9 @@ static int sim_run_cmd(tdl_params_t *params, int npos, char **pos)
         return cli_usage_error("%s", tdl_error_get());
     coord_sim_config_t cfg = {.ranks = (int)tdl_param_int(params, "ranks"),
                               .chunk = (int)tdl_param_int(params, "chunk"),
+                              .batch_rows = tdl_param_bool(params, "batching")
+                                                ? (int)tdl_param_int(params, "max-batch")
+                                                : 0,
                               .cost = &cost,
                               .policy = policy};
     coord_train_model_t tm;

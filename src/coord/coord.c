@@ -120,6 +120,8 @@ static void elog_header(const coord_t *c)
          "admit_max=%d policy=%s realloc=%s min_train=%d min_serve=%d fixed_weights=%d",
          g->workers, g->chunk, g->max_degree, g->cfg_parallel, g->admit_max, g->policy->name,
          g->realloc ? g->realloc->name : "none", g->min_train, g->min_serve, g->fixed_weights);
+    if (g->batch_rows > 1) /* (only then: the logs of before batching read the same) */
+        elog(c, "# batch rows=%d", g->batch_rows);
     elog(c, "# realloc drain=%.17g cooldown=%.17g static_serve=%d day_s=%.17g start_h=%.17g",
          o->drain_s, o->cooldown_s, o->static_serve, o->day_s, o->start_h);
     for (int i = 0; i < o->nperiods; i++)
@@ -136,6 +138,10 @@ static void elog_header(const coord_t *c)
             elog(c, "# fit stage=%d degree=%d a=%.17g b=%.17g c=%.17g rel_err=%.17g", k, f->degree,
                  f->a, f->b, f->c, f->rel_err);
         }
+    for (int i = 0; i < m->nbatch; i++)
+        for (int k = 0; k < m->batch[i].npoints; k++)
+            elog(c, "# step_batch tokens=%d images=%d factor=%.17g", m->batch[i].tokens,
+                 m->batch[i].images[k], m->batch[i].factor[k]);
 }
 
 static void elog_ranks(const coord_t *c, const char *what, const int *r, int n)
@@ -161,6 +167,8 @@ static void elog_command(const coord_t *c, const coord_cmd_t *o)
                 o->task.seq, o->estimate_s);
         elog_ranks(c, "ranks", o->task.ranks, o->task.nranks);
         elog_ranks(c, "prev", o->task.prev, o->task.nprev);
+        if (o->task.batch_after > 0)
+            fprintf(f, " batch_after=%d", o->task.batch_after);
     } else if (o->kind == COORD_CMD_ANSWER) {
         fprintf(f, " req=%" PRIu64 " ok=%d late=%d finish=%.17g", o->request, o->ok, o->late,
                 o->finish_s);
@@ -331,6 +339,8 @@ static tdl_status_t send_members(coord_t *c, int worker, coord_cmd_kind_t kind, 
     return st;
 }
 
+_Static_assert(COORD_SCHED_MAX_BATCH == SERVE_MAX_BATCH, "a batch the scheduler forms fits the wire");
+
 /* The scheduler starts a task: a TASK command to its ranks (the policy's rank k is world
  * rank k + 1). */
 static tdl_status_t on_start(void *user, const coord_sched_task_t *t)
@@ -359,7 +369,8 @@ static tdl_status_t on_start(void *user, const coord_sched_task_t *t)
                  .nprev = t->nprev,
                  .move = t->move,
                  .cfg_parallel = c->cfg.cfg_parallel && guided(&r->spec) && t->degree % 2 == 0,
-                 .seq = r->next_seq++},
+                 .seq = r->next_seq++,
+                 .batch_after = t->batch_after},
         .estimate_s = t->estimate_s};
     p->ranks_at = ranks_at, p->prev_at = prev_at;
     r->kind = kind, r->first = t->ranks[0] + 1, r->last = t->ranks[t->degree - 1] + 1;
@@ -422,6 +433,7 @@ tdl_status_t coord_create(const coord_config_t *cfg, coord_t **out)
     coord_sched_config_t sc = {.ranks = cfg->workers,
                                .chunk = cfg->chunk,
                                .max_degree = cfg->max_degree,
+                               .batch_rows = cfg->cfg_parallel ? 0 : cfg->batch_rows,
                                .cost = &c->cost,
                                .policy = cfg->policy,
                                .start = on_start,

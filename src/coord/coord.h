@@ -27,6 +27,10 @@ typedef struct coord_config {
     const coord_cost_model_t *cost; /* copied */
     const coord_policy_ops_t *policy;
     bool cfg_parallel; /* even groups run a guided request's two halves at once */
+    /* batched chunks (the scheduler's batch_rows): waiting chunks of one resolution and sampler
+     * join a chunk on its ranks while their images fit in batch_rows; 0 or 1: none, and none
+     * with cfg_parallel (whose halves are one request's) */
+    int batch_rows;
     int admit_max;     /* requests the policy sees at once (0: max(16, 4 x workers)) */
     /* co-location: NULL realloc serves on every worker; otherwise every worker trains at
      * first and the policy decides how many serve */

@@ -55,6 +55,64 @@ tdl_status_t coord_cost_model_set_fit(coord_cost_model_t *m, coord_cost_stage_t 
     return TDL_OK;
 }
 
+tdl_status_t coord_cost_model_set_batch(coord_cost_model_t *m, int tokens, const int *images,
+                                        const double *factor, int npoints)
+{
+    if (tokens < 1 || npoints < 1 || npoints > COORD_COST_MAX_BATCH_POINTS)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                               "cost model: a batch table of %d points at %d tokens (1 to %d "
+                               "points, tokens >= 1)",
+                               npoints, tokens, COORD_COST_MAX_BATCH_POINTS);
+    coord_cost_batch_t b = {.tokens = tokens};
+    for (int i = 0; i < npoints; i++) {
+        if (images[i] < 1 || !isfinite(factor[i]) || factor[i] <= 0)
+            return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                                   "cost model: batch of %d images at %d tokens with factor %g "
+                                   "(images >= 1, factor finite and > 0)",
+                                   images[i], tokens, factor[i]);
+        int k = b.npoints++;
+        for (; k > 0 && b.images[k - 1] > images[i]; k--)
+            b.images[k] = b.images[k - 1], b.factor[k] = b.factor[k - 1];
+        if (k > 0 && b.images[k - 1] == images[i])
+            return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                                   "cost model: batch of %d images twice at %d tokens", images[i],
+                                   tokens);
+        b.images[k] = images[i], b.factor[k] = factor[i];
+    }
+    int at = 0;
+    while (at < m->nbatch && m->batch[at].tokens < tokens)
+        at++;
+    if (at < m->nbatch && m->batch[at].tokens == tokens) {
+        m->batch[at] = b;
+        return TDL_OK;
+    }
+    if (m->nbatch == COORD_COST_MAX_BATCH_TABLES)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "cost model: more than %d batch tables",
+                               COORD_COST_MAX_BATCH_TABLES);
+    memmove(&m->batch[at + 1], &m->batch[at], (size_t)(m->nbatch - at) * sizeof(b));
+    m->batch[at] = b;
+    m->nbatch++;
+    return TDL_OK;
+}
+
+double coord_cost_batch_factor(const coord_cost_model_t *m, int tokens, int images)
+{
+    if (m->nbatch == 0 || images < 1 || tokens < 1)
+        return 1.0;
+    const coord_cost_batch_t *b = &m->batch[0];
+    for (int i = 1; i < m->nbatch; i++)
+        if (fabs(log((double)m->batch[i].tokens / tokens)) < fabs(log((double)b->tokens / tokens)))
+            b = &m->batch[i];
+    if (images <= b->images[0])
+        return b->factor[0];
+    for (int i = 1; i < b->npoints; i++)
+        if (images <= b->images[i]) {
+            double u = (double)(images - b->images[i - 1]) / (b->images[i] - b->images[i - 1]);
+            return b->factor[i - 1] + u * (b->factor[i] - b->factor[i - 1]);
+        }
+    return b->factor[b->npoints - 1];
+}
+
 double coord_cost_stage_s(const coord_cost_model_t *m, coord_cost_stage_t stage, int tokens,
                           int degree)
 {
@@ -285,6 +343,42 @@ tdl_status_t coord_cost_model_load(const char *path, coord_cost_model_t *out)
             st = bad(path, msg);
             goto out;
         }
+    json_t *batch = json_object_get(root, "step_batch");
+    if (batch && !json_is_object(batch)) {
+        st = bad(path, "'step_batch' must be an object of tables by tokens");
+        goto out;
+    }
+    const char *tname;
+    json_t *tobj;
+    json_object_foreach(batch, tname, tobj)
+    {
+        char *end;
+        long tokens = strtol(tname, &end, 10);
+        int images[COORD_COST_MAX_BATCH_POINTS], np = 0;
+        double factor[COORD_COST_MAX_BATCH_POINTS];
+        bool fine = !*end && tokens >= 1 && tokens <= 1 << 30 && json_is_object(tobj) &&
+                    json_object_size(tobj) >= 1 &&
+                    json_object_size(tobj) <= COORD_COST_MAX_BATCH_POINTS;
+        const char *iname;
+        json_t *f;
+        json_object_foreach(tobj, iname, f)
+        {
+            long im = strtol(iname, &end, 10);
+            if (!fine || *end || im < 1 || im > 1 << 20 || !json_is_number(f)) {
+                fine = false;
+                break;
+            }
+            images[np] = (int)im, factor[np++] = json_number_value(f);
+        }
+        if (!fine || coord_cost_model_set_batch(&m, (int)tokens, images, factor, np) != TDL_OK) {
+            snprintf(msg, sizeof(msg),
+                     "step_batch.%s must map 1 to %d image counts to factors > 0, under a "
+                     "token count >= 1",
+                     tname, COORD_COST_MAX_BATCH_POINTS);
+            st = bad(path, msg);
+            goto out;
+        }
+    }
     mig = json_object_get(root, "migration");
     if (!json_is_object(mig) || !get_num(mig, "latency_s", &m.migration_latency_s) ||
         !get_num(mig, "bytes_per_s", &m.migration_bytes_per_s) ||
@@ -325,6 +419,20 @@ tdl_status_t coord_cost_model_save(const coord_cost_model_t *m, const char *path
     json_object_set_new(mig, "bytes_per_s", json_real(m->migration_bytes_per_s));
     json_object_set_new(mig, "state_bytes_per_token", json_real(m->state_bytes_per_token));
     json_object_set_new(root, "migration", mig);
+    if (m->nbatch > 0) {
+        json_t *batch = json_object();
+        for (int i = 0; i < m->nbatch; i++) {
+            json_t *t = json_object();
+            char key[24];
+            for (int k = 0; k < m->batch[i].npoints; k++) {
+                snprintf(key, sizeof(key), "%d", m->batch[i].images[k]);
+                json_object_set_new(t, key, json_real(m->batch[i].factor[k]));
+            }
+            snprintf(key, sizeof(key), "%d", m->batch[i].tokens);
+            json_object_set_new(batch, key, t);
+        }
+        json_object_set_new(root, "step_batch", batch);
+    }
     /* what else the file holds beside the serving model (the training model) stays */
     json_t *old = json_load_file(path, 0, NULL), *v;
     const char *key;

@@ -25,6 +25,18 @@ typedef struct coord_cost_fit {
     double a, b, c, rel_err;
 } coord_cost_fit_t;
 
+#define COORD_COST_MAX_BATCH_TABLES 8  /* image sizes the batch dimension is measured at */
+#define COORD_COST_MAX_BATCH_POINTS 16 /* batch sizes each */
+
+/* The batch dimension of a denoising step at images of `tokens` tokens: a step of images[i]
+ * images together costs images[i] x factor[i] times one image's (factor 1 at 1 image; below 1
+ * where sharing the model's passes pays), linear between points and flat past the ends. */
+typedef struct coord_cost_batch {
+    int tokens, npoints;
+    int images[COORD_COST_MAX_BATCH_POINTS]; /* ascending */
+    double factor[COORD_COST_MAX_BATCH_POINTS];
+} coord_cost_batch_t;
+
 typedef struct coord_cost_model {
     char name[64];  /* the DiT configuration measured ("fmnist") */
     int patch;      /* pixels per token side: tokens = (resolution / patch)^2 */
@@ -34,6 +46,8 @@ typedef struct coord_cost_model {
     double migration_latency_s;   /* fixed cost of moving a request's state between groups */
     double migration_bytes_per_s; /* bandwidth of that move */
     double state_bytes_per_token; /* live state of one image per token (latents, history) */
+    coord_cost_batch_t batch[COORD_COST_MAX_BATCH_TABLES]; /* by ascending tokens; none: 1 */
+    int nbatch;
 } coord_cost_model_t;
 
 const char *coord_cost_stage_name(coord_cost_stage_t stage);
@@ -54,6 +68,13 @@ double coord_cost_stage_s(const coord_cost_model_t *model, coord_cost_stage_t st
                           int degree);
 bool coord_cost_has_degree(const coord_cost_model_t *model, coord_cost_stage_t stage, int degree);
 int coord_cost_tokens(const coord_cost_model_t *model, int resolution);
+/* Adds or replaces the batch table of `tokens`: npoints (1 .. COORD_COST_MAX_BATCH_POINTS)
+ * distinct image counts >= 1 (any order) and their factors, finite and > 0. */
+tdl_status_t coord_cost_model_set_batch(coord_cost_model_t *model, int tokens, const int *images,
+                                        const double *factor, int npoints);
+/* The factor of a step of `images` images of `tokens` tokens together (the table of the nearest
+ * tokens, by ratio); 1 without tables. */
+double coord_cost_batch_factor(const coord_cost_model_t *model, int tokens, int images);
 /* Seconds to move the state of `images` images of `tokens` tokens to another group. */
 double coord_cost_migration_s(const coord_cost_model_t *model, int tokens, int images);
 

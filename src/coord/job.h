@@ -37,7 +37,8 @@ typedef struct coord_rank0_opts {
     double default_cfg;
     double max_seconds;    /* 0: until *stop */
     double progress_every; /* 0: no progress lines */
-    bool batching;         /* alone: requests of one resolution share the model's passes */
+    bool batching; /* requests of one resolution share the model's passes: alone, step by step;
+                    * under mpirun, chunks of one sampler on the same ranks */
     /* under mpirun */
     const char *policy; /* a placement policy by name */
     const char *cost;   /* a cost model file (NULL: the built-in one) */

@@ -295,6 +295,7 @@ typedef struct rank0 {
     FILE *elog; /* --event-log */
     double t0;
     int dead_seen; /* gfc's count of deaths at the last look */
+    int batch_left; /* members of the batched chunk under dispatch still to come */
 } rank0_t;
 
 static double now_of(const rank0_t *r)
@@ -382,6 +383,10 @@ static tdl_status_t take_commands(rank0_t *r)
                       cmd->task.move ? " (moved)" : "", cmd->task.ranks[0],
                       cmd->task.ranks[cmd->task.nranks - 1], cmd->task.nranks, cmd->estimate_s);
             task_sent(r, cmd);
+            if (cmd->task.kind == SERVE_TASK_STEP_CHUNK && r->batch_left-- == 0) {
+                r->batch_left = cmd->task.batch_after; /* the head of a batch, or alone */
+                serve_queue_observe_batch(r->q, cmd->task.batch_after + 1);
+            }
             s = serve_dispatch_task(r->d, cmd->spec, &cmd->task, (void *)(uintptr_t)cmd->request);
             break;
         case COORD_CMD_ANSWER:
@@ -565,6 +570,7 @@ static tdl_status_t coordinator_create(const coord_rank0_opts_t *o, int world, c
                          .cost = &cost,
                          .policy = coord_policy_find(o->policy),
                          .cfg_parallel = o->cfg_parallel,
+                         .batch_rows = o->batching ? m->max_batch : 0,
                          .realloc = k ? k->realloc : NULL,
                          .realloc_opts = k ? k->realloc_opts : (coord_realloc_opts_t){0},
                          .min_train = k ? k->min_train : 0,

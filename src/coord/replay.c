@@ -116,6 +116,29 @@ static tdl_status_t header(const char *path, long ln, const char *line, coord_co
             !get_d(line, "state_bytes_per_token", &cost->state_bytes_per_token))
             return bad(path, ln, "a cost line missing a field");
         cost->patch = (int)v[0], cost->per_image = v[1] != 0;
+    } else if (starts(line, "# batch ")) {
+        if (!get_i(line, "rows", &v[0]) || v[0] < 2 || v[0] > 1 << 20)
+            return bad(path, ln, "a batch line without rows in 2..2^20");
+        cfg->batch_rows = (int)v[0];
+    } else if (starts(line, "# step_batch ")) {
+        /* one point a line, added to its table (coord_cost_model_set_batch keeps them sorted) */
+        if (!get_i(line, "tokens", &v[0]) || !get_i(line, "images", &v[1]) ||
+            !get_d(line, "factor", &d[0]) || v[0] < 1 || v[0] > 1 << 30 || v[1] < 1 ||
+            v[1] > 1 << 20)
+            return bad(path, ln, "a step_batch line missing a field or out of range");
+        const coord_cost_batch_t *b = NULL;
+        for (int i = 0; i < cost->nbatch && !b; i++)
+            if (cost->batch[i].tokens == v[0])
+                b = &cost->batch[i];
+        int images[COORD_COST_MAX_BATCH_POINTS], np = b ? b->npoints : 0;
+        double factor[COORD_COST_MAX_BATCH_POINTS];
+        if (np == COORD_COST_MAX_BATCH_POINTS)
+            return bad(path, ln, "a step_batch table of too many points");
+        for (int i = 0; i < np; i++)
+            images[i] = b->images[i], factor[i] = b->factor[i];
+        images[np] = (int)v[1], factor[np] = d[0];
+        if (coord_cost_model_set_batch(cost, (int)v[0], images, factor, np + 1) != TDL_OK)
+            return bad(path, ln, "a step_batch line it cannot take");
     } else if (starts(line, "# fit ")) {
         if (!get_i(line, "stage", &v[0]) || !get_i(line, "degree", &v[1]) ||
             !get_d(line, "a", &d[0]) || !get_d(line, "b", &d[1]) || !get_d(line, "c", &d[2]) ||

@@ -1,6 +1,7 @@
 /* The scheduling core shared by the coordinator and the simulator (see sched.h). */
 #include "config.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,6 +11,7 @@ struct sched {
     coord_sched_config_t cfg;
     void *pstate;
     bool *busy;
+    int *load;     /* tasks running on each rank: a batch's members share its ranks */
     bool *offline; /* taken out of the policy's reach: busy too */
     bool *lost;    /* gone for good: offline too */
     int nfree, maxdeg;
@@ -27,6 +29,9 @@ struct sched {
     uint64_t *started; /* request ids started, not yet reported to the policy */
     int nstarted;
     int running;
+    uint64_t *joined; /* request id -> the apply() that took it into a batch (0: none) */
+    uint64_t applies;
+    int *cand;        /* live slots that may join a batch */
     double now;
     coord_sched_stats_t stats;
 };
@@ -58,6 +63,101 @@ static int slot_of(const coord_sched_t *s, uint64_t id)
     return id < s->nids ? s->live_of[id] : -1;
 }
 
+/* Whether a chunk of r on the ranks stamped with the current generation moves its state: it
+ * has done steps (noise after PREPARE is drawn again from the seed) on another set of ranks. A
+ * DECODE moves when its rank did not hold the latents. */
+static bool needs_move(const coord_sched_t *s, const coord_policy_request_t *r, int degree,
+                       int first)
+{
+    bool move = false;
+    if (r->next == COORD_POLICY_TASK_STEP_CHUNK && r->steps_done > 0) {
+        move = r->nranks != degree;
+        for (int i = 0; !move && i < r->nranks; i++)
+            move = s->stamp[r->ranks[i]] != s->gen;
+    } else if (r->next == COORD_POLICY_TASK_DECODE) {
+        move = true;
+        for (int i = 0; move && i < r->nranks; i++)
+            move = r->ranks[i] != first;
+    }
+    return move;
+}
+
+/* Whether waiting request q may join r's chunk on the stamped ranks: the same resolution and
+ * sampler, rows to spare, its next task a chunk or its first PREPARE (which the chunk does: it
+ * draws the noise from the seed on ranks that did not prepare it; a request started again keeps
+ * its PREPARE, which lets the ranks of its old state go), and its state, if it has any, there
+ * already or on ranks that are free to hand it on. */
+static bool may_join(const coord_sched_t *s, const coord_policy_request_t *r,
+                     const coord_policy_request_t *q, int rows)
+{
+    bool first = q->next == COORD_POLICY_TASK_PREPARE && q->nranks == 0;
+    if (q->running || (q->next != COORD_POLICY_TASK_STEP_CHUNK && !first) || q->id == r->id ||
+        q->resolution != r->resolution || q->step_evals != r->step_evals ||
+        rows + q->n > s->cfg.batch_rows)
+        return false;
+    for (int i = 0; q->steps_done > 0 && i < q->nranks; i++)
+        if (s->stamp[q->ranks[i]] != s->gen && s->busy[q->ranks[i]])
+            return false;
+    return true;
+}
+
+/* Whether live slot a joins a batch before slot b: higher priority, then the earlier deadline
+ * (none last), then the earlier arrival. */
+static bool join_before(const coord_policy_request_t *a, const coord_policy_request_t *b)
+{
+    if (a->priority != b->priority)
+        return a->priority > b->priority;
+    double da = a->deadline_s > 0 ? a->deadline_s : INFINITY;
+    double db = b->deadline_s > 0 ? b->deadline_s : INFINITY;
+    if (da != db)
+        return da < db;
+    return a->id < b->id;
+}
+
+/* Marks r running its next task on ranks[0 .. degree) for steps (of a chunk) and calls the
+ * caller's start function. */
+static tdl_status_t launch(coord_sched_t *s, int slot, const int *ranks, int degree, int steps,
+                           bool move, double dur, int batch_after)
+{
+    coord_policy_request_t *r = &s->live[slot];
+    bool chunk = r->next == COORD_POLICY_TASK_STEP_CHUNK;
+    if (move) {
+        double m = coord_cost_migration_s(s->cfg.cost, r->tokens, r->n);
+        s->stats.migration_s += m;
+        s->stats.migrations++;
+    }
+    int nprev = r->nranks; /* 0 before PREPARE */
+    memcpy(s->prev_ranks, r->ranks, (size_t)nprev * sizeof(int));
+    coord_sched_task_t t = {.id = r->id,
+                            .task = r->next,
+                            .steps = chunk ? steps : 0,
+                            .steps_before = r->steps_done,
+                            .degree = degree,
+                            .ranks = ranks,
+                            .nprev = nprev,
+                            .prev = s->prev_ranks,
+                            .move = move,
+                            .estimate_s = dur,
+                            .batch_after = batch_after};
+    for (int i = 0; i < degree; i++) {
+        if (s->load[ranks[i]]++ == 0) {
+            s->busy[ranks[i]] = true;
+            s->nfree--;
+        }
+        s->live_ranks[slot * s->maxdeg + i] = ranks[i];
+    }
+    r->nranks = degree;
+    r->running = true;
+    if (chunk) {
+        r->last_degree = degree;
+        r->steps_done += steps; /* counted at the start; the view says it is running */
+    }
+    s->stats.tasks++;
+    s->running++;
+    s->started[s->nstarted++] = r->id;
+    return s->cfg.start(s->cfg.user, &t);
+}
+
 static tdl_status_t start(coord_sched_t *s, const coord_policy_placement_t *p)
 {
     const coord_cost_model_t *cost = s->cfg.cost;
@@ -65,6 +165,8 @@ static tdl_status_t start(coord_sched_t *s, const coord_policy_placement_t *p)
     if (slot < 0)
         return bad_placement(s, p, "not a live request");
     coord_policy_request_t *r = &s->live[slot];
+    if (r->running && s->joined[r->id] == s->applies)
+        return TDL_OK; /* a batch took it in this call: the placement is moot */
     if (r->running)
         return bad_placement(s, p, "a task of it is running");
     coord_cost_stage_t stage = coord_policy_task_stage(r->next);
@@ -82,61 +184,65 @@ static tdl_status_t start(coord_sched_t *s, const coord_policy_placement_t *p)
             return bad_placement(s, p, "a rank busy, repeated or out of range");
         s->stamp[k] = s->gen;
     }
-    /* State moves when a chunk runs on another set of ranks than the last task (noise after
-     * PREPARE is drawn again from the seed), or when DECODE's rank did not hold the latents. */
-    bool move = false;
-    if (chunk && r->steps_done > 0) {
-        move = r->nranks != p->degree;
-        for (int i = 0; !move && i < r->nranks; i++)
-            move = s->stamp[r->ranks[i]] != s->gen;
-    } else if (r->next == COORD_POLICY_TASK_DECODE) {
-        move = true;
-        for (int i = 0; move && i < r->nranks; i++)
-            move = r->ranks[i] != p->ranks[0];
+    /* A chunk takes in waiting chunks of its resolution and sampler while their rows fit in
+     * batch_rows, in join_before's order: one batch, which runs as long as its longest member,
+     * at the batch factor of its images. */
+    int nj = 0, rows = r->n;
+    if (chunk && s->cfg.batch_rows > r->n) {
+        for (int i = 0; i < s->nlive; i++)
+            if (may_join(s, r, &s->live[i], r->n))
+                s->cand[nj++] = i;
+        for (int i = 1; i < nj; i++) /* insertion sort: the candidates are few */
+            for (int j = i; j > 0 && join_before(&s->live[s->cand[j]], &s->live[s->cand[j - 1]]);
+                 j--) {
+                int x = s->cand[j];
+                s->cand[j] = s->cand[j - 1], s->cand[j - 1] = x;
+            }
+        int kept = 0;
+        for (int i = 0; i < nj && kept < COORD_SCHED_MAX_BATCH - 1; i++) {
+            const coord_policy_request_t *q = &s->live[s->cand[i]];
+            if (rows + q->n > s->cfg.batch_rows)
+                continue;
+            rows += q->n;
+            s->cand[kept++] = s->cand[i];
+        }
+        nj = kept;
     }
-    double im = cost->per_image ? r->n : 1;
+    double im = cost->per_image ? rows : 1;
     double dur = im * coord_cost_stage_s(cost, stage, r->tokens, p->degree) *
-                 (chunk ? p->steps * coord_policy_step_evals(r) : 1);
-    if (move) {
-        double m = coord_cost_migration_s(cost, r->tokens, r->n);
-        dur += m;
-        s->stats.migration_s += m;
-        s->stats.migrations++;
-    }
-    int nprev = r->nranks; /* 0 before PREPARE */
-    memcpy(s->prev_ranks, r->ranks, (size_t)nprev * sizeof(int));
-    coord_sched_task_t t = {.id = p->request_id,
-                            .task = r->next,
-                            .steps = chunk ? p->steps : 0,
-                            .steps_before = r->steps_done,
-                            .degree = p->degree,
-                            .ranks = p->ranks,
-                            .nprev = nprev,
-                            .prev = s->prev_ranks,
-                            .move = move,
-                            .estimate_s = dur};
-    for (int i = 0; i < p->degree; i++) {
-        s->busy[p->ranks[i]] = true;
-        s->live_ranks[slot * s->maxdeg + i] = p->ranks[i];
-    }
-    s->nfree -= p->degree;
-    r->nranks = p->degree;
-    r->running = true;
-    if (chunk) {
-        r->last_degree = p->degree;
-        r->steps_done += p->steps; /* counted at the start; the view says it is running */
+                 (chunk ? coord_cost_batch_factor(cost, r->tokens, rows) * p->steps *
+                              coord_policy_step_evals(r)
+                        : 1);
+    bool move = needs_move(s, r, p->degree, p->ranks[0]);
+    bool *moves = nj ? tdl_malloc((size_t)nj * sizeof(bool)) : NULL;
+    if (nj && !moves)
+        return tdl_error_raise(TDL_ERR_NOMEM, "scheduler: out of memory for a batch");
+    dur += move ? coord_cost_migration_s(cost, r->tokens, r->n) : 0;
+    for (int i = 0; i < nj; i++) {
+        const coord_policy_request_t *q = &s->live[s->cand[i]];
+        moves[i] = needs_move(s, q, p->degree, p->ranks[0]);
+        dur += moves[i] ? coord_cost_migration_s(cost, q->tokens, q->n) : 0;
     }
     s->stats.busy_rank_s += p->degree * dur;
-    s->stats.tasks++;
-    s->running++;
-    s->started[s->nstarted++] = p->request_id;
-    return s->cfg.start(s->cfg.user, &t);
+    tdl_status_t st = launch(s, slot, p->ranks, p->degree, p->steps, move, dur, nj);
+    for (int i = 0; st == TDL_OK && i < nj; i++) {
+        coord_policy_request_t *q = &s->live[s->cand[i]];
+        s->joined[q->id] = s->applies;
+        q->next = COORD_POLICY_TASK_STEP_CHUNK; /* (a first PREPARE is the chunk's) */
+        st = launch(s, s->cand[i], p->ranks, p->degree,
+                    TDL_MIN(p->steps, q->steps_total - q->steps_done), moves[i], dur, nj - 1 - i);
+    }
+    if (nj)
+        s->stats.batches++, s->stats.batched += nj + 1;
+    free(moves);
+    return st;
 }
 
 /* Starts placements, then reports each start to the policy and starts what it answers. */
 static tdl_status_t apply(coord_sched_t *s, int nout)
 {
     tdl_status_t st = TDL_OK;
+    s->applies++;
     for (int i = 0; st == TDL_OK && i < nout; i++)
         st = start(s, &s->buf[0][i]);
     while (st == TDL_OK && s->nstarted > 0) {
@@ -156,22 +262,30 @@ static tdl_status_t grow(coord_sched_t *s)
     if (s->nids == s->idcap) {
         size_t cap = s->idcap * 2;
         int *lo = tdl_realloc(s->live_of, cap * sizeof(int));
-        if (!lo)
+        if (lo)
+            s->live_of = lo;
+        uint64_t *jo = tdl_realloc(s->joined, cap * sizeof(uint64_t));
+        if (jo)
+            s->joined = jo;
+        if (!lo || !jo)
             return tdl_error_raise(TDL_ERR_NOMEM, "scheduler: out of memory");
-        s->live_of = lo, s->idcap = cap;
+        s->idcap = cap;
     }
     if (s->nlive == s->cap) {
         int cap = s->cap * 2;
         coord_policy_request_t *lv = tdl_realloc(s->live, (size_t)cap * sizeof(*lv));
         if (lv)
             s->live = lv;
+        int *cd = tdl_realloc(s->cand, (size_t)cap * sizeof(int));
+        if (cd)
+            s->cand = cd;
         int *lr = tdl_realloc(s->live_ranks, (size_t)cap * (size_t)s->maxdeg * sizeof(int));
         if (lr) {
             s->live_ranks = lr;
             for (int i = 0; i < s->nlive; i++) /* the views' rank pointers follow the move */
                 s->live[i].ranks = &s->live_ranks[i * s->maxdeg];
         }
-        if (!lv || !lr)
+        if (!lv || !lr || !cd)
             return tdl_error_raise(TDL_ERR_NOMEM, "scheduler: out of memory");
         s->cap = cap;
     }
@@ -186,6 +300,7 @@ tdl_status_t coord_sched_arrive(coord_sched_t *s, double now, const coord_sched_
         return st;
     s->now = now;
     uint64_t id = s->nids++;
+    s->joined[id] = 0;
     int slot = s->nlive++;
     coord_policy_request_t *r = &s->live[slot];
     memset(r, 0, sizeof(*r));
@@ -252,8 +367,8 @@ static tdl_status_t end_task(coord_sched_t *s, double now, uint64_t id, end_t ho
     s->now = now;
     coord_policy_request_t *r = &s->live[slot];
     coord_policy_task_t task = r->next;
-    for (int i = 0; i < r->nranks; i++)
-        if (!s->lost[r->ranks[i]]) { /* a lost rank stays busy */
+    for (int i = 0; i < r->nranks; i++) /* a lost rank stays busy */
+        if (--s->load[r->ranks[i]] == 0 && !s->lost[r->ranks[i]]) {
             s->busy[r->ranks[i]] = false;
             s->nfree++;
         }
@@ -475,6 +590,9 @@ tdl_status_t coord_sched_create(const coord_sched_config_t *cfg, coord_sched_t *
     s->cap = 64;
     s->idcap = 64;
     s->busy = tdl_calloc((size_t)cfg->ranks, sizeof(bool));
+    s->load = tdl_calloc((size_t)cfg->ranks, sizeof(int));
+    s->joined = tdl_calloc(s->idcap, sizeof(uint64_t));
+    s->cand = tdl_calloc((size_t)s->cap, sizeof(int));
     s->offline = tdl_calloc((size_t)cfg->ranks, sizeof(bool));
     s->lost = tdl_calloc((size_t)cfg->ranks, sizeof(bool));
     s->stamp = tdl_calloc((size_t)cfg->ranks, sizeof(int));
@@ -482,11 +600,11 @@ tdl_status_t coord_sched_create(const coord_sched_config_t *cfg, coord_sched_t *
     s->live_ranks = tdl_calloc((size_t)s->cap * (size_t)s->maxdeg, sizeof(int));
     s->prev_ranks = tdl_calloc((size_t)s->maxdeg, sizeof(int));
     s->live_of = tdl_malloc(s->idcap * sizeof(int));
-    s->started = tdl_malloc(((size_t)cfg->ranks + 1) * sizeof(uint64_t));
+    s->started = tdl_malloc(((size_t)cfg->ranks + 1) * COORD_SCHED_MAX_BATCH * sizeof(uint64_t));
     s->buf[0] = tdl_malloc((size_t)s->bufcap * sizeof(coord_policy_placement_t));
     s->buf[1] = tdl_malloc((size_t)s->bufcap * sizeof(coord_policy_placement_t));
     tdl_status_t st = TDL_OK;
-    if (!s->busy || !s->offline || !s->lost || !s->stamp || !s->live || !s->live_ranks ||
+    if (!s->busy || !s->load || !s->joined || !s->cand || !s->offline || !s->lost || !s->stamp || !s->live || !s->live_ranks ||
         !s->prev_ranks || !s->live_of || !s->started || !s->buf[0] || !s->buf[1])
         st = tdl_error_raise(TDL_ERR_NOMEM, "scheduler: out of memory for %d ranks", cfg->ranks);
     if (st == TDL_OK)
@@ -508,5 +626,6 @@ void coord_sched_free(coord_sched_t *s)
     free(s->buf[1]), free(s->buf[0]), free(s->started), free(s->live_of), free(s->prev_ranks);
     free(s->live_ranks), free(s->live), free(s->stamp), free(s->lost), free(s->offline),
         free(s->busy);
+    free(s->load), free(s->joined), free(s->cand);
     free(s);
 }

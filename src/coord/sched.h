@@ -14,6 +14,8 @@
 #include "coord/policy.h"
 #include "core/core.h"
 
+#define COORD_SCHED_MAX_BATCH 64 /* requests in one batched chunk (SERVE_MAX_BATCH) */
+
 /* A task to start now. ranks/prev point into the scheduler and are valid during the call. */
 typedef struct coord_sched_task {
     uint64_t id; /* the request, as coord_sched_arrive numbered it */
@@ -25,7 +27,10 @@ typedef struct coord_sched_task {
     int nprev;        /* the ranks that ran its last task (0 before the first) */
     const int *prev;
     bool move;         /* the state moves from prev to ranks before the task runs */
-    double estimate_s; /* the cost model's duration, the move included */
+    double estimate_s; /* the cost model's duration, the move included (a batch's: all moves) */
+    /* chunks of other requests started right after this one on the same ranks, as one batch
+     * with it (0: the batch's last, or alone); a batch's members share its estimate */
+    int batch_after;
 } coord_sched_task_t;
 
 typedef tdl_status_t (*coord_sched_start_fn)(void *user, const coord_sched_task_t *task);
@@ -36,6 +41,9 @@ typedef struct coord_sched_config {
     int ranks;      /* ranks 0 .. ranks - 1 run tasks */
     int chunk;      /* denoising steps per STEP_CHUNK */
     int max_degree; /* widest placement accepted (0: ranks) */
+    /* batched chunks: a chunk takes in waiting chunks of its resolution and sampler while all
+     * their images fit in batch_rows (guidance's doubled rows counted); 0 or 1: no batching */
+    int batch_rows;
     const coord_cost_model_t *cost;
     const coord_policy_ops_t *policy;
     coord_sched_start_fn start;
@@ -56,6 +64,8 @@ typedef struct coord_sched_stats {
     double busy_rank_s; /* rank-seconds of the estimates of the tasks started */
     double migration_s; /* estimated seconds of the moves */
     long restarts;      /* requests started again after a rank was lost */
+    long batches;       /* chunks that took in others */
+    long batched;       /* the requests of those batches, heads included */
     int lost;           /* ranks lost */
 } coord_sched_stats_t;
 

@@ -277,7 +277,8 @@ tdl_status_t coord_sim_run(const coord_sim_config_t *cfg, const coord_workload_r
     memset(&s, 0, sizeof(s));
     s.cfg = cfg;
     size_t nn = (size_t)(n > 0 ? n : 1);
-    s.heap = malloc(((size_t)cfg->ranks + 4) * sizeof(*s.heap)); /* a task a rank, training, tick */
+    /* a task a rank (a batch's members each), training, tick */
+    s.heap = malloc(((size_t)cfg->ranks * COORD_SCHED_MAX_BATCH + 4) * sizeof(*s.heap));
     s.finish = calloc(nn, sizeof(double));
     s.mark = calloc((size_t)cfg->ranks + 1, sizeof(bool));
     double *lat = malloc(nn * sizeof(double));
@@ -290,6 +291,7 @@ tdl_status_t coord_sim_run(const coord_sim_config_t *cfg, const coord_workload_r
                          .chunk = cfg->chunk,
                          .cost = cfg->cost,
                          .policy = cfg->policy,
+                         .batch_rows = cfg->batch_rows,
                          .admit_max = cfg->admit_max, /* 0: as tidal serve */
                          .realloc = cfg->realloc,
                          .realloc_opts = cfg->realloc_opts,

@@ -19,6 +19,7 @@ typedef struct coord_sim_config {
     int chunk; /* denoising steps per STEP_CHUNK task */
     const coord_cost_model_t *cost;
     const coord_policy_ops_t *policy;
+    int batch_rows; /* batched chunks up to this many images (coord_config_t); 0: none */
     int admit_max; /* requests the policy sees at once (0: as tidal serve, max(16, 4 x ranks));
                     * the rest wait in a queue, in order of arrival */
     /* co-location (realloc not NULL): the ranks are the workers of `tidal run`, all training at

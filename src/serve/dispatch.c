@@ -24,8 +24,11 @@ struct serve_dispatcher {
     uint64_t *seq;    /* commands sent to each worker */
     gfc_group_t *ctl; /* the control groups */
     int (*pairs)[2];  /* their rank lists */
-    serve_inflight_t *inflight;
+    /* the tasks in flight, each where it was made (a posted receive points into it): up to
+     * SERVE_MAX_BATCH a worker, since a batch's members are tasks of their own */
+    serve_inflight_t **inflight;
     int max_inflight; /* slots in inflight[] */
+    int hi;           /* slots [hi, max_inflight) never used yet */
     int ninflight;
     gfc_group_t *status;        /* reports from each worker, */
     gfc_request_t **status_req; /* the receive posted for the next one */
@@ -50,8 +53,8 @@ tdl_status_t serve_dispatcher_create(gfc_runtime_t *rt, int world, serve_dispatc
     d->seq = calloc((size_t)world, sizeof(uint64_t));
     d->ctl = calloc((size_t)world, sizeof(gfc_group_t));
     d->pairs = calloc((size_t)world, sizeof(*d->pairs));
-    d->max_inflight = world;
-    d->inflight = calloc((size_t)world, sizeof(serve_inflight_t));
+    d->max_inflight = world * SERVE_MAX_BATCH;
+    d->inflight = calloc((size_t)d->max_inflight, sizeof(serve_inflight_t *));
     d->status = calloc((size_t)world, sizeof(gfc_group_t));
     d->status_req = calloc((size_t)world, sizeof(gfc_request_t *));
     d->status_seq = calloc((size_t)world, sizeof(uint64_t));
@@ -98,9 +101,14 @@ tdl_status_t serve_dispatch_task(serve_dispatcher_t *d, const serve_traj_spec_t 
                                  const serve_task_cmd_t *c, void *user)
 {
     int slot = -1;
-    for (int i = 0; i < d->max_inflight && slot < 0; i++)
-        if (!d->inflight[i].active)
+    for (int i = 0; i < d->hi && slot < 0; i++)
+        if (!d->inflight[i]->active)
             slot = i;
+    if (slot < 0 && d->hi < d->max_inflight) {
+        if (!(d->inflight[d->hi] = calloc(1, sizeof(serve_inflight_t))))
+            return tdl_error_raise(TDL_ERR_NOMEM, "dispatch: out of memory");
+        slot = d->hi++;
+    }
     if (!valid_ranks(d, c->ranks, c->nranks, 1) || !valid_ranks(d, c->prev, c->nprev, 0) ||
         (c->move && c->nprev == 0) || c->kind > SERVE_TASK_DECODE)
         return tdl_error_raise(TDL_ERR_INVALID_ARG,
@@ -117,6 +125,7 @@ tdl_status_t serve_dispatch_task(serve_dispatcher_t *d, const serve_traj_spec_t 
                               .nranks = c->nranks,
                               .nprev = c->nprev,
                               .seq = c->seq,
+                              .batch_after = c->batch_after,
                               .spec = *spec};
     memcpy(task.ranks, c->ranks, (size_t)c->nranks * sizeof(int));
     if (c->nprev)
@@ -126,7 +135,7 @@ tdl_status_t serve_dispatch_task(serve_dispatcher_t *d, const serve_traj_spec_t 
     tdl_status_t st = serve_wire_task_encode(&task, cmd, &len);
     if (st != TDL_OK)
         return st;
-    serve_inflight_t *f = &d->inflight[slot];
+    serve_inflight_t *f = d->inflight[slot];
     memset(f, 0, sizeof(*f));
     f->id = spec->id, f->kind = c->kind, f->user = user, f->degree = c->nranks;
     memcpy(f->ranks, c->ranks, (size_t)c->nranks * sizeof(int));
@@ -176,8 +185,8 @@ tdl_status_t serve_dispatch_task(serve_dispatcher_t *d, const serve_traj_spec_t 
 int serve_dispatcher_poll(serve_dispatcher_t *d, serve_inflight_t *done, int max)
 {
     int n = 0;
-    for (int i = 0; i < d->max_inflight && n < max; i++) {
-        serve_inflight_t *f = &d->inflight[i];
+    for (int i = 0; i < d->hi && n < max; i++) {
+        serve_inflight_t *f = d->inflight[i];
         if (!f->active)
             continue;
         if (f->failed) {
@@ -304,11 +313,13 @@ void serve_dispatcher_free(serve_dispatcher_t *d)
 {
     if (!d)
         return;
-    for (int i = 0; i < d->max_inflight && d->inflight; i++)
-        if (d->inflight[i].active) {
-            gfc_request_free(d->inflight[i].req);
-            free(d->inflight[i].png);
+    for (int i = 0; i < d->hi && d->inflight; i++)
+        if (d->inflight[i]->active) {
+            gfc_request_free(d->inflight[i]->req);
+            free(d->inflight[i]->png);
         }
+    for (int i = 0; i < d->hi && d->inflight; i++)
+        free(d->inflight[i]);
     for (int w = 1; w <= d->nworkers && d->status_req; w++)
         if (d->status_req[w])
             gfc_request_free(d->status_req[w]);

@@ -101,13 +101,17 @@ static void held_drop(held_t *h)
     }
 }
 
-static tdl_status_t run_task(serve_worker_t *e, const serve_wire_task_t *c)
+/* Everything of task c before its computation: the state found or made, moved from the old
+ * ranks to the new, and (PREPARE, or a first chunk on ranks that did not run it) the noise
+ * drawn. *h_out: the state, when this rank runs the task. */
+static tdl_status_t task_setup(serve_worker_t *e, const serve_wire_task_t *c, held_t **h_out)
 {
     int me = e->me;
     bool in_new = serve_wire_member(c->ranks, c->nranks, me);
     bool in_prev = serve_wire_member(c->prev, c->nprev, me);
     held_t *h = held_find(e, c->spec.id);
     tdl_status_t st = TDL_OK;
+    *h_out = NULL;
     if (c->move && in_prev && !h)
         st = tdl_error_raise(TDL_ERR_INTERNAL,
                              "executor %d: request %llu: told to hand on a "
@@ -127,23 +131,30 @@ static tdl_status_t run_task(serve_worker_t *e, const serve_wire_task_t *c)
         st = serve_traj_migrate(e->rt, me, c->prev, c->nprev, c->ranks, c->nranks,
                                 serve_wire_task_ns(SERVE_NS_MOVE, c->spec.id, c->seq), &h->t);
     }
-    if (st == TDL_OK && in_new) {
-        serve_traj_t *t = &h->t;
-        /* a chunk on ranks that did not run PREPARE draws the noise again from the seed */
-        if (c->kind == SERVE_TASK_PREPARE || (c->kind == SERVE_TASK_STEP_CHUNK && !t->prepared))
-            st = serve_task_prepare(t);
-        if (st == TDL_OK && c->kind == SERVE_TASK_STEP_CHUNK) {
-            gfc_group_t g;
-            st = gfc_group_init(&g, e->rt, c->ranks, c->nranks,
-                                serve_wire_task_ns(SERVE_NS_TASK, c->spec.id, c->seq));
-            tdl_fault_point("serve.chunk");
-            if (st == TDL_OK)
-                st = serve_task_step_chunk(t, e->model, c->nranks > 1 ? &g : NULL, c->cfg_parallel,
-                                           c->steps);
-        }
-        if (st == TDL_OK && c->kind == SERVE_TASK_DECODE && c->ranks[0] == me)
-            st = serve_task_decode(t, 0);
+    /* a chunk on ranks that did not run PREPARE draws the noise again from the seed */
+    if (st == TDL_OK && in_new &&
+        (c->kind == SERVE_TASK_PREPARE || (c->kind == SERVE_TASK_STEP_CHUNK && !h->t.prepared)))
+        st = serve_task_prepare(&h->t);
+    if (st == TDL_OK && in_new)
+        *h_out = h;
+    return st;
+}
+
+static tdl_status_t run_task(serve_worker_t *e, const serve_wire_task_t *c)
+{
+    held_t *h;
+    tdl_status_t st = task_setup(e, c, &h);
+    if (st == TDL_OK && h && c->kind == SERVE_TASK_STEP_CHUNK) {
+        gfc_group_t g;
+        st = gfc_group_init(&g, e->rt, c->ranks, c->nranks,
+                            serve_wire_task_ns(SERVE_NS_TASK, c->spec.id, c->seq));
+        tdl_fault_point("serve.chunk");
+        if (st == TDL_OK)
+            st = serve_task_step_chunk(&h->t, e->model, c->nranks > 1 ? &g : NULL,
+                                       c->cfg_parallel, c->steps);
     }
+    if (st == TDL_OK && h && c->kind == SERVE_TASK_DECODE && c->ranks[0] == e->me)
+        st = serve_task_decode(&h->t, 0);
     return st;
 }
 
@@ -244,6 +255,110 @@ static tdl_status_t next_cmd(serve_worker_t *w, bool *got)
     return TDL_OK;
 }
 
+/* After task c ran with status tst: the lead's report, and the state kept only by the ranks
+ * that ran the task, until the request ends. An error here is the report's (rank 0 is gone). */
+static tdl_status_t task_end(serve_worker_t *w, const serve_wire_task_t *c, tdl_status_t tst)
+{
+    if (tst != TDL_OK)
+        TDL_WARN("request %llu: %s failed on rank %d: %s", (unsigned long long)c->spec.id,
+                 serve_task_name(c->kind), w->me, tdl_error_get());
+    tdl_status_t st = c->ranks[0] == w->me ? report(w, c, tst) : TDL_OK;
+    held_t *h = held_find(w, c->spec.id);
+    if (h && (!serve_wire_member(c->ranks, c->nranks, w->me) || tst != TDL_OK ||
+              c->kind == SERVE_TASK_DECODE))
+        held_drop(h);
+    return st;
+}
+
+/* Waits for the next command, as long as it takes. */
+static tdl_status_t wait_cmd(serve_worker_t *w)
+{
+    bool got = false;
+    tdl_status_t st;
+    while ((st = next_cmd(w, &got)) == TDL_OK && !got)
+        nanosleep(&(struct timespec){0, 200000}, NULL);
+    return st;
+}
+
+/* A batched STEP_CHUNK, on a rank that runs it: the command taken and the batch_after that rank
+ * 0 sent right after it to the same ranks. Each member's state is set up (moved, or its noise
+ * drawn) in order, as each would be alone; the ranks agree on the members every one of them
+ * set up, so that they step the same batch; those step together on the group of the first
+ * member's task, and the lead reports each member on its own channel. */
+static tdl_status_t run_batch(serve_worker_t *w)
+{
+    int k = w->cmd.task.batch_after + 1;
+    serve_wire_task_t *cmds = malloc((size_t)k * sizeof(*cmds));
+    tdl_status_t *sts = malloc((size_t)k * sizeof(*sts));
+    serve_traj_t **ts = malloc((size_t)k * sizeof(*ts));
+    int *counts = malloc((size_t)k * sizeof(int)), *fine = malloc((size_t)k * sizeof(int));
+    if (!cmds || !sts || !ts || !counts || !fine) {
+        free(cmds), free(sts), free(ts), free(counts), free(fine);
+        return tdl_error_raise(TDL_ERR_NOMEM, "executor %d: out of memory for a batch", w->me);
+    }
+    cmds[0] = w->cmd.task;
+    tdl_status_t st = TDL_OK;
+    for (int i = 1; i < k && st == TDL_OK; i++) {
+        if ((st = wait_cmd(w)) != TDL_OK)
+            break;
+        const serve_wire_task_t *c = &w->cmd.task;
+        if (w->cmd.op != SERVE_OP_TASK || c->kind != SERVE_TASK_STEP_CHUNK ||
+            c->batch_after != k - 1 - i || c->nranks != cmds[0].nranks ||
+            memcmp(c->ranks, cmds[0].ranks, (size_t)c->nranks * sizeof(int)) != 0)
+            st = tdl_error_raise(TDL_ERR_CORRUPT,
+                                 "executor %d: member %d of request %llu's batch of %d is not a "
+                                 "step_chunk on its ranks with %d after it",
+                                 w->me, i, (unsigned long long)cmds[0].spec.id, k, k - 1 - i);
+        else
+            cmds[i] = *c;
+    }
+    for (int i = 0; i < k && st == TDL_OK; i++) {
+        held_t *h = NULL;
+        sts[i] = task_setup(w, &cmds[i], &h);
+        fine[i] = sts[i] == TDL_OK && h && h->t.res == cmds[0].spec.res &&
+                  h->t.spec.sampler == cmds[0].spec.sampler;
+        if (sts[i] == TDL_OK && !fine[i])
+            sts[i] = tdl_error_raise(TDL_ERR_INVALID_ARG,
+                                     "request %llu: batched with request %llu of another "
+                                     "resolution or sampler",
+                                     (unsigned long long)cmds[i].spec.id,
+                                     (unsigned long long)cmds[0].spec.id);
+        ts[i] = h ? &h->t : NULL;
+        counts[i] = cmds[i].steps;
+    }
+    gfc_group_t g;
+    if (st == TDL_OK)
+        st = gfc_group_init(&g, w->rt, cmds[0].ranks, cmds[0].nranks,
+                            serve_wire_task_ns(SERVE_NS_TASK, cmds[0].spec.id, cmds[0].seq));
+    tdl_status_t gst = TDL_OK;
+    if (st == TDL_OK && cmds[0].nranks > 1) /* members set up on every rank */
+        gst = gfc_allreduce(&g, fine, fine, (size_t)k, GFC_DT_I32, GFC_OP_MIN, NULL);
+    if (st == TDL_OK) {
+        int n = 0;
+        for (int i = 0; i < k; i++)
+            if (gst == TDL_OK && fine[i])
+                ts[n] = ts[i], counts[n] = counts[i], n++;
+        tdl_fault_point("serve.chunk");
+        tdl_status_t bst = gst;
+        if (bst == TDL_OK && n > 0)
+            bst = serve_task_step_batch(ts, n, w->model, cmds[0].nranks > 1 ? &g : NULL, false,
+                                        counts);
+        if (bst == TDL_OK && n < k)
+            TDL_DEBUG("executor %d: %d of a batch of %d stepped", w->me, n, k);
+        for (int i = 0; i < k; i++)
+            if (sts[i] == TDL_OK && (bst != TDL_OK || !fine[i]))
+                sts[i] = bst != TDL_OK ? bst
+                                       : tdl_error_raise(TDL_ERR_PEER,
+                                                         "request %llu: another rank of its batch "
+                                                         "could not take its state",
+                                                         (unsigned long long)cmds[i].spec.id);
+        for (int i = 0; i < k && st == TDL_OK; i++)
+            st = task_end(w, &cmds[i], sts[i]);
+    }
+    free(cmds), free(sts), free(ts), free(counts), free(fine);
+    return st;
+}
+
 tdl_status_t serve_worker_poll(serve_worker_t *w, bool *got, serve_ctl_msg_t *msg)
 {
     tdl_status_t st = next_cmd(w, got);
@@ -261,11 +376,8 @@ tdl_status_t serve_worker_poll(serve_worker_t *w, bool *got, serve_ctl_msg_t *ms
 tdl_status_t serve_worker_run(serve_worker_t *w, serve_ctl_msg_t *msg)
 {
     for (;;) {
-        bool got = false;
-        tdl_status_t st;
         /* idle for as long as it takes: poll, then sleep a little, never time out */
-        while ((st = next_cmd(w, &got)) == TDL_OK && !got)
-            nanosleep(&(struct timespec){0, 200000}, NULL);
+        tdl_status_t st = wait_cmd(w);
         if (st != TDL_OK)
             return st;
         if (w->cmd.op != SERVE_OP_TASK) {
@@ -273,17 +385,12 @@ tdl_status_t serve_worker_run(serve_worker_t *w, serve_ctl_msg_t *msg)
             return TDL_OK;
         }
         const serve_wire_task_t *cmd = &w->cmd.task;
-        tdl_status_t tst = run_task(w, cmd);
-        if (tst != TDL_OK)
-            TDL_WARN("request %llu: %s failed on rank %d: %s", (unsigned long long)cmd->spec.id,
-                     serve_task_name(cmd->kind), w->me, tdl_error_get());
-        if (cmd->ranks[0] == w->me && (st = report(w, cmd, tst)) != TDL_OK)
+        if (cmd->batch_after > 0 && serve_wire_member(cmd->ranks, cmd->nranks, w->me))
+            st = run_batch(w);
+        else
+            st = task_end(w, cmd, run_task(w, cmd));
+        if (st != TDL_OK)
             return st;
-        /* the state stays with the ranks that ran the task, and goes when the request ends */
-        held_t *h = held_find(w, cmd->spec.id);
-        if (h && (!serve_wire_member(cmd->ranks, cmd->nranks, w->me) || tst != TDL_OK ||
-                  cmd->kind == SERVE_TASK_DECODE))
-            held_drop(h);
     }
 }
 

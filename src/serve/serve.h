@@ -373,6 +373,13 @@ tdl_status_t serve_task_prepare(serve_traj_t *t);
  * once. Every member calls it with the same state and ends with the same latents. */
 tdl_status_t serve_task_step_chunk(serve_traj_t *t, const dit_model_t *model, gfc_group_t *g,
                                    bool cfg_parallel, int count);
+/* STEP_CHUNK of k trajectories together (one resolution and one sampler; labels, guidance,
+ * seeds, steps and image counts may differ): up to counts[j] steps of ts[j], each step of every
+ * trajectory that still has one in its chunk in one forward pass of all their rows, each along
+ * its own time grid. Every trajectory ends with the bytes serve_task_step_chunk gives it alone.
+ * cfg_parallel only with k = 1. */
+tdl_status_t serve_task_step_batch(serve_traj_t *const *ts, int k, const dit_model_t *model,
+                                   gfc_group_t *g, bool cfg_parallel, const int *counts);
 /* DECODE: the latents as 8-bit pixels in a PNG grid of ncols columns (0: the smallest square
  * grid that holds them), 2 pixels apart when there are several: what tidal serve answers. */
 tdl_status_t serve_task_decode(serve_traj_t *t, int ncols);
@@ -428,6 +435,7 @@ tdl_status_t serve_traj_migrate(gfc_runtime_t *rt, int me, const int *a, int na,
 /* ==== commands between rank 0 and the executors (encoded by src/serve/wire.h) ================= */
 
 #define SERVE_MAX_DEGREE 8
+#define SERVE_MAX_BATCH  64 /* requests one batched STEP_CHUNK steps together */
 
 /* Commands other than tasks: stop, and the callers' own (op > SERVE_OP_STOP) with up to
  * SERVE_USER_BYTES of payload. */
@@ -483,6 +491,9 @@ typedef struct serve_task_cmd {
     bool move;         /* the state moves from prev to ranks first */
     bool cfg_parallel; /* guidance halves on the two halves of an even group */
     uint64_t seq;      /* the task's number within its request: 0, 1, 2, ... */
+    /* STEP_CHUNKs of other requests dispatched right after this one on the same ranks, to run
+     * with it as one batch (0: the batch's last, or alone) */
+    int batch_after;
 } serve_task_cmd_t;
 
 /* A task started and not yet reported, as rank 0 sees it. */

@@ -57,124 +57,222 @@ tdl_status_t serve_task_prepare(serve_traj_t *t)
     return TDL_OK;
 }
 
-/* The model's output for `rows` rows (x repeated for the unconditional half when both are
- * asked) on group g with sequence parallelism (g NULL: this rank alone). */
-static tdl_status_t traj_forward(const dit_model_t *m, gfc_group_t *g, const serve_traj_t *t,
-                                 const float *x, float time, int first_label, int label2,
-                                 int halves, float *out)
+/* One block of rows of a forward: n images of x at time `time`, with label `label`, followed
+ * (twin) by the same images with the null class. */
+typedef struct traj_rows {
+    const float *x;
+    int n, label;
+    float time;
+    bool twin;
+} traj_rows_t;
+
+/* The model's output for the rows of k blocks, in their order, on group g with sequence
+ * parallelism (g NULL: this rank alone). Every image is its own matrix products in the DiT, so
+ * a block's output does not depend on the blocks beside it. */
+static tdl_status_t rows_forward(const dit_model_t *m, gfc_group_t *g, const traj_rows_t *rs,
+                                 int k, int channels, int res, uint64_t id, float *out)
 {
-    int n = t->n, rows = halves * n;
-    size_t per = (size_t)t->channels * t->res * t->res;
+    size_t per = (size_t)channels * res * res;
+    int rows = 0;
+    for (int j = 0; j < k; j++)
+        rows += (rs[j].twin ? 2 : 1) * rs[j].n;
     float *xin = malloc((size_t)rows * per * sizeof(float));
     float *tt = malloc((size_t)rows * sizeof(float));
     int *yy = malloc((size_t)rows * sizeof(int));
     tdl_status_t st = TDL_OK;
     if (!xin || !tt || !yy) {
-        st = tdl_error_raise(TDL_ERR_NOMEM, "request %llu: out of memory for a step",
-                             (unsigned long long)t->spec.id);
+        st = tdl_error_raise(TDL_ERR_NOMEM, "request %llu: out of memory for a step of %d rows",
+                             (unsigned long long)id, rows);
     } else {
-        for (int i = 0; i < rows; i++) {
-            tt[i] = time;
-            yy[i] = i < n ? first_label : label2;
-        }
-        for (int hh = 0; hh < halves; hh++)
-            memcpy(xin + (size_t)hh * n * per, x, (size_t)n * per * sizeof(float));
+        int r = 0;
+        for (int j = 0; j < k; j++)
+            for (int half = 0; half < (rs[j].twin ? 2 : 1); half++, r += rs[j].n) {
+                memcpy(xin + (size_t)r * per, rs[j].x, (size_t)rs[j].n * per * sizeof(float));
+                for (int i = 0; i < rs[j].n; i++) {
+                    tt[r + i] = rs[j].time;
+                    yy[r + i] = half ? m->config.num_classes : rs[j].label;
+                }
+            }
         dit_sp_comm_t comm;
         if (g && g->size > 1)
             serve_sp_comm(&comm, g);
-        st = dit_sp_forward(m, g && g->size > 1 ? &comm : NULL, xin, tt, yy, rows, t->res, t->res,
-                            out);
+        st = dit_sp_forward(m, g && g->size > 1 ? &comm : NULL, xin, tt, yy, rows, res, res, out);
     }
     free(xin), free(tt), free(yy);
     return st;
 }
 
-/* The guided velocity of all n images at time `time`. The conditional and unconditional rows run
- * in one batch on the whole group, or with CFG parallelism (an even group, guided) on its two
- * halves at once, member i of each half then trading its half's output with member i of the
- * other. */
-static tdl_status_t traj_velocity(const dit_model_t *m, gfc_group_t *g, bool cfg_parallel,
-                                  const serve_traj_t *t, const float *x, float time, float *v)
+static int traj_label(const dit_model_t *m, const serve_traj_t *t)
 {
-    int n = t->n, null = m->config.num_classes;
-    bool guided = serve_guided(t->spec.label, t->spec.cfg);
-    size_t per = (size_t)t->channels * t->res * t->res, nv = (size_t)n * per;
-    int label = t->spec.label < 0 || t->spec.label > null ? null : t->spec.label;
+    int null = m->config.num_classes;
+    return t->spec.label < 0 || t->spec.label > null ? null : t->spec.label;
+}
+
+/* v = v_uncond + cfg (v_cond - v_uncond) from a guided block's output, or the output itself. */
+static void guide(const serve_traj_t *t, bool guided, const float *out, float *v)
+{
+    size_t nv = serve_traj_values(t);
+    for (size_t i = 0; i < nv; i++)
+        v[i] = guided ? out[nv + i] + t->spec.cfg * (out[i] - out[nv + i]) : out[i];
+}
+
+/* The guided velocity of one trajectory's n images at time `time` with CFG parallelism (an even
+ * group): half 0 computes the conditional rows, half 1 the unconditional ones, and member i of
+ * each half trades its half's output with member i of the other. */
+static tdl_status_t cfg_parallel_velocity(const dit_model_t *m, gfc_group_t *g,
+                                          const serve_traj_t *t, const float *x, float time,
+                                          float *v)
+{
+    size_t nv = serve_traj_values(t);
     float *out = malloc(2 * nv * sizeof(float));
     if (!out)
         return tdl_error_raise(TDL_ERR_NOMEM, "request %llu: out of memory for a step",
                                (unsigned long long)t->spec.id);
-    tdl_status_t st;
-    if (guided && cfg_parallel && g && g->size >= 2 && g->size % 2 == 0) {
-        int half = g->size / 2, mine = g->me < half ? 0 : 1;
-        gfc_group_t sub;
-        st = gfc_group_init(&sub, g->rt, g->ranks + mine * half, half,
-                            t->spec.id ^ (0x6366677000000000ull + (uint64_t)mine));
-        /* half 0 computes the conditional rows into out[0, nv), half 1 the unconditional ones
-         * into out[nv, 2 nv) */
-        if (st == TDL_OK)
-            st = traj_forward(m, &sub, t, x, time, mine ? null : label, null, 1, out + mine * nv);
-        int partner = mine ? g->me - half : g->me + half;
-        gfc_request_t *reqs[2];
-        uint64_t tag = 0x63666770ull ^ (uint64_t)t->step;
-        if (st == TDL_OK && (st = gfc_recv_start(g, partner, tag, out + (1 - mine) * nv,
-                                                 nv * sizeof(float), &reqs[0])) == TDL_OK) {
-            if ((st = gfc_send_start(g, partner, tag, out + mine * nv, nv * sizeof(float),
-                                     &reqs[1])) == TDL_OK)
-                st = gfc_request_wait_all(reqs, 2);
-            else
-                gfc_request_free(reqs[0]);
-        }
-    } else {
-        st = traj_forward(m, g, t, x, time, label, null, guided ? 2 : 1, out);
+    int half = g->size / 2, mine = g->me < half ? 0 : 1;
+    gfc_group_t sub;
+    tdl_status_t st = gfc_group_init(&sub, g->rt, g->ranks + mine * half, half,
+                                     t->spec.id ^ (0x6366677000000000ull + (uint64_t)mine));
+    traj_rows_t rs = {.x = x,
+                      .n = t->n,
+                      .label = mine ? m->config.num_classes : traj_label(m, t),
+                      .time = time};
+    if (st == TDL_OK)
+        st = rows_forward(m, &sub, &rs, 1, t->channels, t->res, t->spec.id, out + mine * nv);
+    int partner = mine ? g->me - half : g->me + half;
+    gfc_request_t *reqs[2];
+    uint64_t tag = 0x63666770ull ^ (uint64_t)t->step;
+    if (st == TDL_OK && (st = gfc_recv_start(g, partner, tag, out + (1 - mine) * nv,
+                                             nv * sizeof(float), &reqs[0])) == TDL_OK) {
+        if ((st = gfc_send_start(g, partner, tag, out + mine * nv, nv * sizeof(float),
+                                 &reqs[1])) == TDL_OK)
+            st = gfc_request_wait_all(reqs, 2);
+        else
+            gfc_request_free(reqs[0]);
     }
     if (st == TDL_OK)
-        for (size_t i = 0; i < nv; i++)
-            v[i] = guided ? out[nv + i] + t->spec.cfg * (out[i] - out[nv + i]) : out[i];
+        guide(t, true, out, v);
     free(out);
+    return st;
+}
+
+/* The velocities of the k active trajectories ts[j] at xs[j] and times[j]: their rows in one
+ * forward on the whole group (or, for one guided trajectory with cfg_parallel on an even group,
+ * on its two halves at once). out: room for every block's rows. */
+static tdl_status_t batch_velocity(const dit_model_t *m, gfc_group_t *g, bool cfg_parallel,
+                                   serve_traj_t *const *ts, int k, float *const *xs,
+                                   const float *times, float **vs, traj_rows_t *rs, float *out)
+{
+    if (k == 1 && cfg_parallel && g && g->size >= 2 && g->size % 2 == 0 &&
+        serve_guided(ts[0]->spec.label, ts[0]->spec.cfg))
+        return cfg_parallel_velocity(m, g, ts[0], xs[0], times[0], vs[0]);
+    for (int j = 0; j < k; j++)
+        rs[j] = (traj_rows_t){.x = xs[j],
+                              .n = ts[j]->n,
+                              .label = traj_label(m, ts[j]),
+                              .time = times[j],
+                              .twin = serve_guided(ts[j]->spec.label, ts[j]->spec.cfg)};
+    tdl_status_t st = rows_forward(m, g, rs, k, ts[0]->channels, ts[0]->res, ts[0]->spec.id, out);
+    for (size_t j = 0, at = 0; st == TDL_OK && j < (size_t)k; j++) {
+        guide(ts[j], rs[j].twin, out + at, vs[j]);
+        at += (rs[j].twin ? 2 : 1) * serve_traj_values(ts[j]);
+    }
     return st;
 }
 
 tdl_status_t serve_task_step_chunk(serve_traj_t *t, const dit_model_t *m, gfc_group_t *g,
                                    bool cfg_parallel, int count)
 {
-    if (!t->prepared)
-        return tdl_error_raise(TDL_ERR_INVALID_ARG, "request %llu: a step before PREPARE",
-                               (unsigned long long)t->spec.id);
-    size_t total = serve_traj_values(t);
-    float *v = malloc(total * sizeof(float));
-    if (!v)
-        return tdl_error_raise(TDL_ERR_NOMEM, "request %llu: out of memory for a step",
-                               (unsigned long long)t->spec.id);
-    float *xe = NULL, *v2 = NULL;
-    bool heun = t->spec.sampler == DIT_SAMPLER_HEUN;
-    if (heun && (!(xe = malloc(total * sizeof(float))) || !(v2 = malloc(total * sizeof(float))))) {
-        free(v), free(xe);
-        return tdl_error_raise(TDL_ERR_NOMEM, "request %llu: out of memory for a step",
-                               (unsigned long long)t->spec.id);
+    return serve_task_step_batch(&t, 1, m, g, cfg_parallel, &count);
+}
+
+tdl_status_t serve_task_step_batch(serve_traj_t *const *ts, int k, const dit_model_t *m,
+                                   gfc_group_t *g, bool cfg_parallel, const int *counts)
+{
+    if (k < 1 || (k > 1 && cfg_parallel))
+        return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                               "a batched step of %d trajectories%s: 1 or more, and CFG "
+                               "parallelism only for one",
+                               k, cfg_parallel ? " with CFG parallelism" : "");
+    size_t rows_total = 0;
+    int rounds = 0;
+    for (int j = 0; j < k; j++) {
+        const serve_traj_t *t = ts[j];
+        if (!t->prepared)
+            return tdl_error_raise(TDL_ERR_INVALID_ARG, "request %llu: a step before PREPARE",
+                                   (unsigned long long)t->spec.id);
+        if (t->res != ts[0]->res || t->channels != ts[0]->channels ||
+            t->spec.sampler != ts[0]->spec.sampler)
+            return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                                   "request %llu: batched with request %llu of another "
+                                   "resolution or sampler",
+                                   (unsigned long long)t->spec.id,
+                                   (unsigned long long)ts[0]->spec.id);
+        rows_total += 2 * serve_traj_values(t);
+        rounds = TDL_MAX(rounds, TDL_MIN(t->spec.steps, t->step + counts[j]) - t->step);
+    }
+    bool heun = ts[0]->spec.sampler == DIT_SAMPLER_HEUN;
+    /* per trajectory: v, and for Heun the Euler end xe and its slope v2 */
+    float **buf = calloc((size_t)3 * k, sizeof(float *)), **xs = calloc((size_t)k, sizeof(float *));
+    float **vs = calloc((size_t)k, sizeof(float *)), *times = calloc((size_t)k, sizeof(float));
+    float *tos = calloc((size_t)k, sizeof(float)), *out = malloc(rows_total * sizeof(float));
+    serve_traj_t **act = calloc((size_t)k, sizeof(*act));
+    int *idx = calloc((size_t)k, sizeof(int)), *ends = calloc((size_t)k, sizeof(int));
+    traj_rows_t *rs = calloc((size_t)k, sizeof(*rs));
+    bool ok = buf && xs && vs && times && tos && out && act && idx && ends && rs;
+    for (int j = 0; ok && j < k; j++) {
+        ends[j] = TDL_MIN(ts[j]->spec.steps, ts[j]->step + counts[j]);
+        size_t nv = serve_traj_values(ts[j]);
+        for (int b = 0; ok && b < (heun ? 3 : 1); b++)
+            ok = (buf[3 * j + b] = malloc(nv * sizeof(float))) != NULL;
     }
     tdl_status_t st = TDL_OK;
-    int end = TDL_MIN(t->spec.steps, t->step + count);
-    for (int i = t->step; i < end && st == TDL_OK; i++) {
-        /* from t_from to t_to, the time grid and the updates of dit_sample */
-        float from = 1.0f - (float)i / (float)t->spec.steps;
-        float to = 1.0f - (float)(i + 1) / (float)t->spec.steps, dt = to - from;
-        if ((st = traj_velocity(m, g, cfg_parallel, t, t->x, from, v)) != TDL_OK)
-            break;
-        if (!heun) {
-            for (size_t k = 0; k < total; k++)
-                t->x[k] += dt * v[k];
-        } else {
-            for (size_t k = 0; k < total; k++)
-                xe[k] = t->x[k] + dt * v[k];
-            if ((st = traj_velocity(m, g, cfg_parallel, t, xe, to, v2)) != TDL_OK)
-                break;
-            for (size_t k = 0; k < total; k++)
-                t->x[k] += 0.5f * dt * (v[k] + v2[k]);
+    if (!ok)
+        st = tdl_error_raise(TDL_ERR_NOMEM, "request %llu: out of memory for a step",
+                             (unsigned long long)ts[0]->spec.id);
+    for (int round = 0; st == TDL_OK && round < rounds; round++) {
+        int na = 0; /* the trajectories with a step left in their chunk */
+        for (int j = 0; j < k; j++) {
+            serve_traj_t *t = ts[j];
+            if (t->step >= ends[j])
+                continue;
+            /* from t_from to t_to, the time grid and the updates of dit_sample */
+            float from = 1.0f - (float)t->step / (float)t->spec.steps;
+            float to = 1.0f - (float)(t->step + 1) / (float)t->spec.steps;
+            act[na] = t, idx[na] = j, xs[na] = t->x, vs[na] = buf[3 * j];
+            times[na] = from, tos[na] = to;
+            na++;
         }
-        t->step = i + 1;
+        if ((st = batch_velocity(m, g, cfg_parallel, act, na, xs, times, vs, rs, out)) != TDL_OK)
+            break;
+        for (int a = 0; a < na; a++) {
+            serve_traj_t *t = act[a];
+            size_t nv = serve_traj_values(t);
+            float dt = tos[a] - times[a], *v = buf[3 * idx[a]], *xe = buf[3 * idx[a] + 1];
+            if (!heun)
+                for (size_t e = 0; e < nv; e++)
+                    t->x[e] += dt * v[e];
+            else
+                for (size_t e = 0; e < nv; e++)
+                    xe[e] = t->x[e] + dt * v[e];
+            xs[a] = xe, vs[a] = buf[3 * idx[a] + 2];
+        }
+        if (heun) {
+            if ((st = batch_velocity(m, g, cfg_parallel, act, na, xs, tos, vs, rs, out)) != TDL_OK)
+                break;
+            for (int a = 0; a < na; a++) {
+                serve_traj_t *t = act[a];
+                float dt = tos[a] - times[a], *v = buf[3 * idx[a]], *v2 = buf[3 * idx[a] + 2];
+                for (size_t e = 0; e < serve_traj_values(t); e++)
+                    t->x[e] += 0.5f * dt * (v[e] + v2[e]);
+            }
+        }
+        for (int a = 0; a < na; a++)
+            act[a]->step++;
     }
-    free(v), free(xe), free(v2);
+    for (int j = 0; buf && j < 3 * k; j++)
+        free(buf[j]);
+    free(buf), free(xs), free(vs), free(times), free(tos), free(out), free(act), free(idx);
+    free(ends), free(rs);
     return st;
 }
 

@@ -211,6 +211,14 @@ static const char *task_problem(const serve_wire_task_t *t, char *why, size_t si
         snprintf(why, size, "a move with no ranks holding the state");
         return why;
     }
+    if (t->batch_after < 0 || t->batch_after >= SERVE_MAX_BATCH ||
+        (t->batch_after > 0 && (t->kind != SERVE_TASK_STEP_CHUNK || t->cfg_parallel))) {
+        snprintf(why, size,
+                 "%d tasks batched after it (0 to %d, and only after a step_chunk without CFG "
+                 "parallelism)",
+                 t->batch_after, SERVE_MAX_BATCH - 1);
+        return why;
+    }
     return NULL;
 }
 
@@ -223,7 +231,8 @@ tdl_status_t serve_wire_task_encode(const serve_wire_task_t *t, unsigned char *b
     unsigned char *p = put_u32(buf, SERVE_OP_TASK);
     p = put_u32(p, (uint32_t)t->kind), p = put_i32(p, t->steps);
     p = put_u8(p, (uint8_t)((t->move ? FLAG_MOVE : 0) | (t->cfg_parallel ? FLAG_CFG_PARALLEL : 0)));
-    p = put_u8(p, (uint8_t)t->nranks), p = put_u8(p, (uint8_t)t->nprev), p = put_u8(p, 0);
+    p = put_u8(p, (uint8_t)t->nranks), p = put_u8(p, (uint8_t)t->nprev);
+    p = put_u8(p, (uint8_t)t->batch_after);
     p = put_u64(p, t->seq);
     for (int i = 0; i < t->nranks; i++)
         p = put_i32(p, t->ranks[i]);
@@ -252,16 +261,20 @@ static tdl_status_t decode_task(reader_t *r, size_t len, serve_wire_task_t *t)
     memset(t, 0, sizeof(*t));
     uint32_t kind = get_u32(r);
     t->steps = get_i32(r);
-    uint8_t flags = get_u8(r), nranks = get_u8(r), nprev = get_u8(r), reserved = get_u8(r);
+    uint8_t flags = get_u8(r), nranks = get_u8(r), nprev = get_u8(r), after = get_u8(r);
     t->seq = get_u64(r);
     if (!r->ok)
         return tdl_error_raise(TDL_ERR_CORRUPT, "a task of %zu bytes (at least %d)", len,
                                4 + TASK_FIXED_BYTES);
-    if (flags & ~(FLAG_MOVE | FLAG_CFG_PARALLEL) || reserved != 0)
+    if (flags & ~(FLAG_MOVE | FLAG_CFG_PARALLEL))
+        return tdl_error_raise(TDL_ERR_CORRUPT, "a task with flags 0x%x (1 move, 2 cfg_parallel)",
+                               flags);
+    if (after >= SERVE_MAX_BATCH || (after > 0 && (kind != SERVE_TASK_STEP_CHUNK ||
+                                                   (flags & FLAG_CFG_PARALLEL))))
         return tdl_error_raise(TDL_ERR_CORRUPT,
-                               "a task with flags 0x%x and reserved byte %u "
-                               "(flags: 1 move, 2 cfg_parallel; reserved: 0)",
-                               flags, reserved);
+                               "a task of kind %u with %u batched after it (0 to %d, and only "
+                               "after a step_chunk without CFG parallelism)",
+                               kind, after, SERVE_MAX_BATCH - 1);
     if (nranks < 1 || nranks > SERVE_MAX_DEGREE || nprev > SERVE_MAX_DEGREE)
         return tdl_error_raise(TDL_ERR_CORRUPT,
                                "a task on %u ranks with %u holding its state "
@@ -273,7 +286,7 @@ static tdl_status_t decode_task(reader_t *r, size_t len, serve_wire_task_t *t)
                                nranks, nprev, len, want);
     t->kind = kind > SERVE_TASK_DECODE ? SERVE_TASK_FINALIZE : (serve_task_kind_t)kind;
     t->move = flags & FLAG_MOVE, t->cfg_parallel = flags & FLAG_CFG_PARALLEL;
-    t->nranks = nranks, t->nprev = nprev;
+    t->nranks = nranks, t->nprev = nprev, t->batch_after = after;
     for (int i = 0; i < nranks; i++)
         t->ranks[i] = get_i32(r);
     for (int i = 0; i < nprev; i++)

@@ -147,6 +147,9 @@ typedef struct serve_wire_task {
     int steps;              /* of a STEP_CHUNK */
     bool move, cfg_parallel;
     int nranks, nprev; /* 1 .. SERVE_MAX_DEGREE and 0 .. SERVE_MAX_DEGREE */
+    /* STEP_CHUNKs of other requests that follow this one on the same ranks, stepped together
+     * with it in one batch (0: it is the batch's last, or alone); below SERVE_MAX_BATCH */
+    int batch_after;
     int ranks[SERVE_MAX_DEGREE], prev[SERVE_MAX_DEGREE]; /* distinct ranks >= 1 in each list */
     uint64_t seq;
     serve_traj_spec_t spec;

@@ -5,7 +5,10 @@
 # for byte the PNGs of a server that takes one request at a time (--no-batching); /metrics
 # counts steps of more than one request; a request of another resolution, or one whose rows do
 # not fit in --max-batch, waits for the batch and is not lost; the events of a request that
-# joined late show it started after the batch had begun.
+# joined late show it started after the batch had begun. Under mpirun, chunks batch the same way
+# on their executors (--sp 1 and --sp 2 on 2 executors; edf_best_fit on 4, which moves states
+# between groups): every PNG again the bytes of one request at a time, and chunks of several
+# requests counted.
 . "${TIDAL_BUILDDIR:-.}/tests/env.sh"
 serve_test_setup
 tiny_ckpt "$dir/run"
@@ -79,9 +82,9 @@ count() { # FILE LE: the batch-size histogram's cumulative count at le="LE"
 one1=`count "$dir/one.metrics" 1` oneall=`count "$dir/one.metrics" +Inf`
 many1=`count "$dir/many.metrics" 1` manyall=`count "$dir/many.metrics" +Inf`
 check "--no-batching: every step took one request ($one1 of $oneall)" \
-    [ -n "$oneall" ] && [ "$oneall" -gt 0 ] && [ "$one1" = "$oneall" ]
+    [ "${oneall:-0}" -gt 0 -a "$one1" = "$oneall" ]
 check "batched: steps took several requests ($((manyall - many1)) of $manyall steps more than one)" \
-    [ -n "$manyall" ] && [ $((manyall - many1)) -gt 10 ]
+    [ $((${manyall:-0} - ${many1:-0})) -gt 10 ]
 check "batched: fewer steps through the model than one at a time ($manyall < $oneall)" \
     [ "$manyall" -lt "$oneall" ]
 sum=`sed -n 's/^tidal_batch_size_sum //p' "$dir/many.metrics"`
@@ -102,4 +105,26 @@ ok = evs and evs[-1].get("status") == "done" and len(steps) == 2 * 11
 sys.exit(0 if ok else 1)
 EOF
 check "a late request's events: its 11 steps, each started and finished, then done" [ $? = 0 ]
+
+# under mpirun: the same requests through batched chunks on executor ranks
+for mode in "3 --sp 1" "3 --sp 2" "5 --policy edf_best_fit"; do
+    np=${mode%% *} opts=${mode#* }
+    name=`echo "mpi$np$opts" | tr -d ' -'`
+    serve_bg "$name" tidal_mpirun $np "$TIDAL" serve --ckpt "$ckpt" --listen 127.0.0.1:0 \
+        --max-resolution 64 --progress-every 0 $opts
+    send_all "$name"
+    curl -s "$base/metrics" >"$dir/$name.metrics"
+    pkill -TERM -P $pid; wait $pid
+    same=0 differ=""
+    for f in "$dir"/one/*.png; do
+        id=`basename $f .png`
+        if cmp -s "$f" "$dir/$name/$id.png"; then same=$((same + 1)); else differ="$differ $id"; fi
+    done
+    codes=`cat "$dir/$name"/*.code | sort | uniq -c | tr -s ' '`
+    check "mpirun -np $np $opts: every PNG byte for byte that of one request at a time ($same of 15 the same${differ:+; differ:$differ}; codes$codes)" [ $same = 15 ]
+    b1=`count "$dir/$name.metrics" 1` ball=`count "$dir/$name.metrics" +Inf`
+    check "mpirun -np $np $opts: chunks of several requests ($((ball - b1)) of $ball)" \
+        [ $((${ball:-0} - ${b1:-0})) -gt 3 ]
+    [ $same = 15 ] || tail -n 20 "$dir/$name.err" | sed 's/^/# /'
+done
 done_testing

@@ -329,7 +329,7 @@ for i in 1 2 3 4 5 6 7 8; do
 done >"$dir/full.codes"
 n503=`grep -c '^503$' "$dir/full.codes"`; n202=`grep -c '^202$' "$dir/full.codes"`
 check "a flood of 8 on a queue of 2: some 202 ($n202), the rest 503 ($n503)" \
-    [ "$n202" -ge 2 ] && [ "$n503" -ge 3 ] && [ $((n202 + n503)) = 8 ]
+    [ "$n202" -ge 2 -a "$n503" -ge 3 -a $((n202 + n503)) = 8 ]
 check "... 503 carries Retry-After" sh -c "grep -li '^retry-after: [0-9]' '$dir'/full*.h | grep -q ."
 check "the full server still answers /healthz" [ "`curl -s $fullbase/healthz`" = ok ]
 # a client waiting on a queued request when the server stops gets 503, not a hang

@@ -103,7 +103,7 @@ for n in 2 3; do
     gen multi "{\"prompt\":\"Bag\",\"n\":$n,\"size\":\"32x32\",\"seed\":9,\"num_inference_steps\":2,\"guidance_scale\":1.5}"
     count=`png unpack "$dir/multi.json" "$dir/multi$n"`
     native grid$n "{\"label\":8,\"n\":$n,\"resolution\":32,\"seed\":9,\"steps\":2,\"cfg\":1.5}"
-    check "n = $n: 200 ($code) with $n images ($count)" [ "$code" = 200 ] && [ "$count" = $n ]
+    check "n = $n: 200 ($code) with $n images ($count)" [ "$code" = 200 -a "$count" = $n ]
     k=0
     while [ $k -lt $n ]; do
         size=`png size "$dir/multi$n.$k.png"`

@@ -22,7 +22,7 @@ check "a compressed day exits 0" [ $rc = 0 ]
 n=`wc -l <"$tmp/a.jsonl"`
 diag "`cat "$tmp/a.err"`"
 # 0.5 x 2.29 requests/s x 600 s = 687, Poisson sd 26
-check "about 687 requests in the day ($n)" [ "$n" -gt 582 ] && [ "$n" -lt 792 ]
+check "about 687 requests in the day ($n)" [ "$n" -gt 582 -a "$n" -lt 792 ]
 last=`tail -n 1 "$tmp/a.jsonl" | sed 's/^{"at_ms": \([0-9]*\),.*/\1/'`
 check "the last arrives within the day ($last ms)" [ "$last" -le 600000 ]
 case `cat "$tmp/a.err"` in *"bursts at hours 9.50, 17.00"*) ok "the summary names the bursts";;

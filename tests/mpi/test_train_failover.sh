@@ -98,7 +98,7 @@ train4 leader train.backward:0:10:KILL
 took=$((`date +%s` - start))
 rc=`cat "$dir/leader.rc"`
 check "rank 0 killed: it happened" grep -q "TIDAL_FAULT: SIGKILL" "$dir/leader.out"
-check "rank 0 killed: the job fails (rc=$rc) within 30 s ($took s)" [ "$rc" != 0 ] && [ $took -le 30 ]
+check "rank 0 killed: the job fails (rc=$rc) within 30 s ($took s)" [ "$rc" != 0 -a $took -le 30 ]
 check "rank 0 killed: the survivors say rank 0 died and where the checkpoints are" \
     grep -q "rank 0, which writes the checkpoints, died" "$dir/leader.out"
 check "rank 0 killed: the checkpoints it wrote verify (`ls "$dir/leader/ckpt" 2>/dev/null | grep -c '^ckpt-.*\.h5$'`)" verify_ckpts leader

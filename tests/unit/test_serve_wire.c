@@ -20,7 +20,7 @@ enum {
     OFF_FLAGS = 12,
     OFF_NRANKS = 13,
     OFF_NPREV = 14,
-    OFF_RESERVED = 15,
+    OFF_BATCH = 15,
     OFF_RANKS = 24
 };
 
@@ -53,6 +53,7 @@ static bool same_task(const serve_wire_task_t *a, const serve_wire_task_t *b)
     const serve_traj_spec_t *x = &a->spec, *y = &b->spec;
     return a->kind == b->kind && a->steps == b->steps && a->move == b->move &&
            a->cfg_parallel == b->cfg_parallel && a->nranks == b->nranks && a->nprev == b->nprev &&
+           a->batch_after == b->batch_after &&
            memcmp(a->ranks, b->ranks, (size_t)a->nranks * sizeof(int)) == 0 &&
            memcmp(a->prev, b->prev, (size_t)a->nprev * sizeof(int)) == 0 && a->seq == b->seq &&
            x->id == y->id && x->seed == y->seed && x->n == y->n && x->res == y->res &&
@@ -105,6 +106,20 @@ static void test_task_round_trip(void)
     ok(serve_wire_task_encode(&p, buf, &len) == TDL_OK &&
            serve_wire_cmd_decode(buf, len, &c) == TDL_OK && same_task(&c.task, &p),
        "a PREPARE on one rank, none holding the state");
+    serve_wire_task_t b = t;
+    b.cfg_parallel = false, b.batch_after = SERVE_MAX_BATCH - 1;
+    ok(serve_wire_task_encode(&b, buf, &len) == TDL_OK && buf[OFF_BATCH] == SERVE_MAX_BATCH - 1 &&
+           serve_wire_cmd_decode(buf, len, &c) == TDL_OK && same_task(&c.task, &b),
+       "a STEP_CHUNK with %d more of its batch after it", SERVE_MAX_BATCH - 1);
+    serve_wire_task_t bad[3] = {b, b, u};
+    bad[0].batch_after = SERVE_MAX_BATCH, bad[1].cfg_parallel = true, bad[2].batch_after = 1;
+    const char *why[3] = {"SERVE_MAX_BATCH after it", "with CFG parallelism", "after a DECODE"};
+    for (int i = 0; i < 3; i++) {
+        len = 0;
+        tdl_status_t st = serve_wire_task_encode(&bad[i], buf, &len);
+        ok(st == TDL_ERR_INVALID_ARG && len == 0 && strstr(tdl_error_get(), "batched"),
+           "encode refuses a batch %s: %s", why[i], tdl_error_get());
+    }
 }
 
 static void test_task_refused(void)
@@ -135,7 +150,18 @@ static void test_task_refused(void)
     PATCHED(OFF_KIND, 3, "kind", "kind FINALIZE");
     PATCHED(OFF_KIND + 3, 0x80, "kind", "a kind past any enum");
     PATCHED(OFF_FLAGS, 4, "flags", "an unknown flag");
-    PATCHED(OFF_RESERVED, 1, "reserved", "the reserved byte set");
+    PATCHED(OFF_BATCH, 1, "batched", "a batch after a chunk with CFG parallelism");
+    buf[OFF_FLAGS] = 1; /* move only */
+    memcpy(good + OFF_FLAGS, buf + OFF_FLAGS, 1);
+    PATCHED(OFF_BATCH, SERVE_MAX_BATCH, "batched", "SERVE_MAX_BATCH batched after a chunk");
+    memcpy(buf, good, len), buf[OFF_BATCH] = SERVE_MAX_BATCH - 1;
+    serve_wire_cmd_t in_batch;
+    ok(serve_wire_cmd_decode(buf, len, &in_batch) == TDL_OK &&
+           in_batch.task.batch_after == SERVE_MAX_BATCH - 1,
+       "a chunk with %d batched after it is taken", SERVE_MAX_BATCH - 1);
+    memcpy(buf, good, len), buf[OFF_BATCH] = 1, buf[OFF_KIND] = 2;
+    refused(buf, len, "batched", "a DECODE with a batch after it");
+    good[OFF_FLAGS] = 3;
     PATCHED(OFF_NRANKS, 0, "ranks", "no ranks");
     PATCHED(OFF_NRANKS, SERVE_MAX_DEGREE + 1, "ranks", "more ranks than SERVE_MAX_DEGREE");
     PATCHED(OFF_NPREV, SERVE_MAX_DEGREE + 1, "ranks", "more holders than SERVE_MAX_DEGREE");
