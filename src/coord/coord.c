@@ -120,12 +120,12 @@ static void elog_header(const coord_t *c)
          "admit_max=%d policy=%s realloc=%s min_train=%d min_serve=%d fixed_weights=%d",
          g->workers, g->chunk, g->max_degree, g->cfg_parallel, g->admit_max, g->policy->name,
          g->realloc ? g->realloc->name : "none", g->min_train, g->min_serve, g->fixed_weights);
-    if (g->batch_rows > 1) /* (only then: the logs of before batching read the same) */
-        elog(c, "# batch rows=%d", g->batch_rows);
     elog(c, "# realloc drain=%.17g cooldown=%.17g static_serve=%d day_s=%.17g start_h=%.17g",
          o->drain_s, o->cooldown_s, o->static_serve, o->day_s, o->start_h);
     for (int i = 0; i < o->nperiods; i++)
         elog(c, "# period from_h=%.17g serve=%.17g", o->from_h[i], o->serve[i]);
+    if (g->batch_rows > 1) /* (only then: the logs of before batching read the same) */
+        elog(c, "# batch rows=%d", g->batch_rows);
     const coord_cost_model_t *m = &c->cost;
     elog(c,
          "# cost patch=%d per_image=%d migration_latency_s=%.17g migration_bytes_per_s=%.17g "
