@@ -4,7 +4,9 @@
  * the first P ranks time one image's PREPARE (noise), one denoising step (the sequence-parallel
  * forward over a gfc group) and DECODE (the PNG); each (stage, degree) gets the least-squares
  * fit a x^2 + b x + c in tokens, with its largest relative error printed, and the state
- * migration between two ranks gets a latency and a bandwidth. Written as the JSON of
+ * migration between two ranks gets a latency and a bandwidth. Rank 0 alone times a step of each
+ * of --step-batches images together at every side: the cost model's batch dimension, its factor
+ * a step's seconds per image over one image's alone. Written as the JSON of
  * doc/scheduler.md, which tidal sim and the scheduler read.
  *
  * Training (--train, after serving; --train-only, alone): for each member count n the first n
@@ -41,6 +43,11 @@ static const tdl_param_def_t profile_params[] = {
      NULL, 1, 1000},
     {"sides", TDL_PARAM_STRING, "32,48,64,96,128",
      "image sides to measure (pixels, multiples of the patch size)", NULL, 1, 0},
+    {"step-batches", TDL_PARAM_STRING, "1,2,4,8",
+     "images a denoising step takes together, measured on rank 0 at every side: the batch "
+     "dimension of the cost model (each a step's seconds per image over one image's alone), "
+     "which decides when the scheduler batches chunks",
+     NULL, 1, 0},
     {"train", TDL_PARAM_BOOL, "false",
      "after serving, measure data-parallel training too (tidal train's trainer at every member "
      "count, at --batch and twice it) and write its fit as the \"train\" object of --out",
@@ -95,10 +102,74 @@ static double time_stage(const dit_model_t *m, gfc_group_t *g, coord_cost_stage_
     return worst;
 }
 
-/* The serving cost model: every stage at every degree and side, the migration, saved to out. */
-static tdl_status_t profile_serve(const dit_config_t *cfg, const int *sides, int nsides, int reps,
-                                  const tdl_boot_info_t *me, gfc_runtime_t *rt, const int *world,
-                                  const char *out)
+/* The median of `reps` timings (after one to warm up) of a step of b images at side x side on
+ * this rank alone, with their own times and labels as a batch of requests has them. */
+static double time_batch(const dit_model_t *m, int side, int b, int reps, tdl_status_t *st)
+{
+    size_t n = (size_t)b * m->config.in_channels * side * side;
+    float *x = calloc(n, sizeof(float)), *out = calloc(n, sizeof(float));
+    float *tt = calloc((size_t)b, sizeof(float));
+    int *y = calloc((size_t)b, sizeof(int));
+    double t[1000] = {0};
+    if (!x || !out || !tt || !y)
+        *st = tdl_error_raise(TDL_ERR_NOMEM, "profile: out of memory for a batch of %d", b);
+    for (int i = 0; *st == TDL_OK && i < b; i++)
+        tt[i] = 1.0f - (float)i / (float)b, y[i] = i % m->config.num_classes;
+    for (int r = 0; r <= reps && *st == TDL_OK; r++) {
+        double t0 = tdl_clock_s();
+        *st = dit_sp_forward(m, NULL, x, tt, y, b, side, side, out);
+        if (r > 0)
+            t[r - 1] = tdl_clock_s() - t0;
+    }
+    free(x), free(out), free(tt), free(y);
+    return tdl_median(t, reps);
+}
+
+/* The batch dimension: on rank 0, a step of each count of `batches` images at every side, as a
+ * share of one image's; the tables go into cost. */
+static tdl_status_t profile_batches(const dit_config_t *cfg, const int *sides, int nsides,
+                                    const int *batches, int nb, int reps, coord_cost_model_t *cost)
+{
+    int maxside = 0, maxb = 1;
+    for (int i = 0; i < nsides; i++)
+        maxside = TDL_MAX(maxside, sides[i]);
+    for (int i = 0; i < nb; i++)
+        maxb = TDL_MAX(maxb, batches[i]);
+    dit_model_t *m = NULL;
+    tdl_status_t st = dit_model_create_inference(cfg, maxb, maxside, NULL, &m);
+    if (st == TDL_OK) {
+        tdl_rng_t rng;
+        tdl_rng_init(&rng, 1, 1);
+        for (size_t i = 0; i < m->num_params; i++)
+            m->params[i] = 0.05f * tdl_rng_normal(&rng);
+        dit_model_params_changed(m);
+    }
+    for (int i = 0; i < nsides && st == TDL_OK; i++) {
+        int tokens = (sides[i] / cfg->patch_size) * (sides[i] / cfg->patch_size);
+        double one = time_batch(m, sides[i], 1, reps, &st);
+        double factor[COORD_COST_MAX_BATCH_POINTS];
+        int images[COORD_COST_MAX_BATCH_POINTS], np = 0;
+        printf("  step    SP1 %4dx%-4d batches:", sides[i], sides[i]);
+        for (int k = 0; k < nb && st == TDL_OK && np < COORD_COST_MAX_BATCH_POINTS; k++) {
+            double tb = batches[k] == 1 ? one : time_batch(m, sides[i], batches[k], reps, &st);
+            images[np] = batches[k];
+            factor[np++] = tb / (batches[k] * fmax(one, 1e-12));
+            printf(" %d: %.3f ms an image (x%.3f)", batches[k], tb / batches[k] * 1e3,
+                   factor[np - 1]);
+        }
+        printf("\n");
+        if (st == TDL_OK)
+            st = coord_cost_model_set_batch(cost, tokens, images, factor, np);
+    }
+    dit_model_free(m);
+    return st;
+}
+
+/* The serving cost model: every stage at every degree and side, the batch dimension, the
+ * migration, saved to out. */
+static tdl_status_t profile_serve(const dit_config_t *cfg, const int *sides, int nsides,
+                                  const int *batches, int nb, int reps, const tdl_boot_info_t *me,
+                                  gfc_runtime_t *rt, const int *world, const char *out)
 {
     int maxside = 0;
     for (int i = 0; i < nsides; i++)
@@ -156,6 +227,9 @@ static tdl_status_t profile_serve(const dit_config_t *cfg, const int *sides, int
         }
         tdl_boot_barrier();
     }
+    if (st == TDL_OK && me->rank == 0 && nb > 0)
+        st = profile_batches(cfg, sides, nsides, batches, nb, reps, &cost);
+    tdl_boot_barrier();
     /* migration: rank 0 to rank 1, the latents of one image at two sizes */
     if (st == TDL_OK && me->size > 1 && me->rank < 2) {
         gfc_group_t pair;
@@ -409,6 +483,21 @@ static int profile_run(tdl_params_t *params, int npos, char **pos)
         sides[nsides++] = (int)v;
         p = *end == ',' ? end + 1 : end;
     }
+    int batches[COORD_COST_MAX_BATCH_POINTS], nb = 0;
+    for (const char *p = tdl_param_str(params, "step-batches"); !train_only && *p;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        bool again = false;
+        for (int i = 0; i < nb; i++)
+            again |= batches[i] == v;
+        if (end == p || v < 1 || v > 256 || again || nb == COORD_COST_MAX_BATCH_POINTS)
+            return cli_usage_error("--step-batches '%s': up to %d distinct image counts from 1 to "
+                                   "256, comma-separated",
+                                   tdl_param_str(params, "step-batches"),
+                                   COORD_COST_MAX_BATCH_POINTS);
+        batches[nb++] = (int)v;
+        p = *end == ',' ? end + 1 : end;
+    }
     train_opts_t o;
     if (train) {
         int rc0 = cli_train_opts(params, "reps", &o);
@@ -435,7 +524,7 @@ static int profile_run(tdl_params_t *params, int npos, char **pos)
         st = gfc_runtime_create(&gc, &rt);
     }
     if (st == TDL_OK && !train_only)
-        st = profile_serve(&cfg, sides, nsides, reps, &me, rt, world, out);
+        st = profile_serve(&cfg, sides, nsides, batches, nb, reps, &me, rt, world, out);
     if (st == TDL_OK && train)
         st = profile_train(&o, reps, &me, rt, world, out);
     int64_t bad = st != TDL_OK;

@@ -259,20 +259,21 @@ static int sim_run_cmd(tdl_params_t *params, int npos, char **pos)
                r.train_images_per_s, r.moves_to_serve, r.moves_to_train, r.moves_per_h);
     if (csv) {
         printf("policy,ranks,requests,makespan_s,throughput_rps,goodput_rps,mean_s,p50_s,p95_s,"
-               "p99_s,slo_violation_rate,utilization,tasks,migrations,sim_wall_s\n");
-        printf("%s,%d,%d,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%ld,%ld,%.3f\n", policy->name,
-               cfg.ranks, r.requests, r.makespan_s, r.throughput_rps, r.goodput_rps, r.mean_s,
-               r.p50_s, r.p95_s, r.p99_s, r.slo_violation_rate, r.utilization, r.tasks,
-               r.migrations, wall);
+               "p99_s,slo_violation_rate,utilization,tasks,migrations,sim_wall_s,batches,"
+               "batched\n");
+        printf("%s,%d,%d,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%ld,%ld,%.3f,%ld,%ld\n",
+               policy->name, cfg.ranks, r.requests, r.makespan_s, r.throughput_rps, r.goodput_rps,
+               r.mean_s, r.p50_s, r.p95_s, r.p99_s, r.slo_violation_rate, r.utilization, r.tasks,
+               r.migrations, wall, r.batches, r.batched);
     } else {
         printf("tidal sim: %s on %d ranks: %d requests in %.3f s (%.3f/s, %.3f met their "
                "deadline/s); latency mean %.4f s, p50 %.4f, p95 %.4f, p99 %.4f; SLO violations "
-               "%d of %d (%.1f%%); utilization %.1f%%; %ld tasks, %ld migrations (%.4f s); "
-               "simulated in %.2f s\n",
+               "%d of %d (%.1f%%); utilization %.1f%%; %ld tasks, %ld migrations (%.4f s), "
+               "%ld batched chunks (%ld requests); simulated in %.2f s\n",
                policy->name, cfg.ranks, r.requests, r.makespan_s, r.throughput_rps, r.goodput_rps,
                r.mean_s, r.p50_s, r.p95_s, r.p99_s, r.slo_violations, r.with_deadline,
                100 * r.slo_violation_rate, 100 * r.utilization, r.tasks, r.migrations,
-               r.migration_s, wall);
+               r.migration_s, r.batches, r.batched, wall);
     }
     return CLI_EXIT_OK;
 }

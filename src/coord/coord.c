@@ -1141,6 +1141,7 @@ void coord_stats_get(const coord_t *c, coord_stats_t *out)
     out->tasks = k.tasks, out->migrations = k.migrations;
     out->busy_rank_s = k.busy_rank_s, out->migration_s = k.migration_s;
     out->restarts = k.restarts, out->lost = k.lost;
+    out->batches = k.batches, out->batched = k.batched;
 }
 
 const char *coord_policy_name(const coord_t *c)

@@ -115,6 +115,7 @@ typedef struct coord_stats {
     long restarts; /* requests started again after a rank died */
     int lost;      /* executor ranks declared dead */
     double busy_rank_s, migration_s;
+    long batches, batched; /* chunks that took in others, and their requests (heads included) */
 } coord_stats_t;
 
 typedef struct coord coord_t;

@@ -185,8 +185,8 @@ static tdl_status_t start(coord_sched_t *s, const coord_policy_placement_t *p)
         s->stamp[k] = s->gen;
     }
     /* A chunk takes in waiting chunks of its resolution and sampler while their rows fit in
-     * batch_rows, in join_before's order: one batch, which runs as long as its longest member,
-     * at the batch factor of its images. */
+     * batch_rows, in join_before's order, where the cost model's batch factor says it pays: one
+     * batch, which runs as long as its longest member, at the batch factor of its images. */
     int nj = 0, rows = r->n;
     if (chunk && s->cfg.batch_rows > r->n) {
         for (int i = 0; i < s->nlive; i++)
@@ -198,10 +198,15 @@ static tdl_status_t start(coord_sched_t *s, const coord_policy_placement_t *p)
                 int x = s->cand[j];
                 s->cand[j] = s->cand[j - 1], s->cand[j - 1] = x;
             }
+        /* one joins where the cost model says that sharing pays: a step of the batch with it
+         * is shorter than one of the batch and one of it alone */
         int kept = 0;
         for (int i = 0; i < nj && kept < COORD_SCHED_MAX_BATCH - 1; i++) {
             const coord_policy_request_t *q = &s->live[s->cand[i]];
-            if (rows + q->n > s->cfg.batch_rows)
+            double with = (rows + q->n) * coord_cost_batch_factor(cost, r->tokens, rows + q->n);
+            double apart = rows * coord_cost_batch_factor(cost, r->tokens, rows) +
+                           q->n * coord_cost_batch_factor(cost, r->tokens, q->n);
+            if (rows + q->n > s->cfg.batch_rows || with >= apart * (1 - 1e-9))
                 continue;
             rows += q->n;
             s->cand[kept++] = s->cand[i];

@@ -42,7 +42,9 @@ typedef struct coord_sched_config {
     int chunk;      /* denoising steps per STEP_CHUNK */
     int max_degree; /* widest placement accepted (0: ranks) */
     /* batched chunks: a chunk takes in waiting chunks of its resolution and sampler while all
-     * their images fit in batch_rows (guidance's doubled rows counted); 0 or 1: no batching */
+     * their images fit in batch_rows (guidance's doubled rows counted) and the cost model's
+     * batch factor says that sharing a step costs less than two (never, without a batch table);
+     * 0 or 1: no batching */
     int batch_rows;
     const coord_cost_model_t *cost;
     const coord_policy_ops_t *policy;

@@ -260,6 +260,7 @@ static void metrics(const sim_t *s, const coord_workload_request_t *reqs, int n,
     res->tasks = k.tasks;
     res->migrations = k.migrations;
     res->migration_s = k.migration_s;
+    res->batches = k.batches, res->batched = k.batched;
 }
 
 tdl_status_t coord_sim_run(const coord_sim_config_t *cfg, const coord_workload_request_t *reqs,

@@ -46,7 +46,8 @@ typedef struct coord_sim_result {
     double slo_violation_rate; /* violations / requests with a deadline (0 when none) */
     double utilization;        /* rank-seconds busy (migrations included) / ranks x makespan */
     long tasks, migrations;
-    double migration_s; /* total time spent moving state */
+    double migration_s;    /* total time spent moving state */
+    long batches, batched; /* chunks that took in others, and their requests (heads included) */
     /* co-location, over the simulated time (0 to the last answer) */
     double end_s;
     double train_device_h; /* device-hours in training: its members times the time */

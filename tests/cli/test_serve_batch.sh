@@ -106,12 +106,24 @@ sys.exit(0 if ok else 1)
 EOF
 check "a late request's events: its 11 steps, each started and finished, then done" [ $? = 0 ]
 
-# under mpirun: the same requests through batched chunks on executor ranks
+# under mpirun: the same requests through batched chunks on executor ranks, with a cost model
+# whose batch dimension says that sharing a step pays (without one, chunks never batch)
+python3 - "$dir/cost.json" <<'EOF'
+import json, sys
+fit = lambda c: {"a": 0, "b": c * 1e-6, "c": c * 1e-4}
+json.dump({"model": "tiny", "patch": 2, "per_image": True,
+           "stages": {"prepare": {"1": fit(0.1)},
+                      "step": {"1": fit(10), "2": fit(6), "4": fit(4)},
+                      "decode": {"1": fit(0.2)}},
+           "migration": {"latency_s": 5e-4, "bytes_per_s": 1e9, "state_bytes_per_token": 16},
+           "step_batch": {"256": {"1": 1, "2": 0.7, "8": 0.4}, "1024": {"1": 1, "8": 0.8}}},
+          open(sys.argv[1], "w"))
+EOF
 for mode in "3 --sp 1" "3 --sp 2" "5 --policy edf_best_fit"; do
     np=${mode%% *} opts=${mode#* }
     name=`echo "mpi$np$opts" | tr -d ' -'`
     serve_bg "$name" tidal_mpirun $np "$TIDAL" serve --ckpt "$ckpt" --listen 127.0.0.1:0 \
-        --max-resolution 64 --progress-every 0 $opts
+        --max-resolution 64 --progress-every 0 --cost "$dir/cost.json" $opts
     send_all "$name"
     curl -s "$base/metrics" >"$dir/$name.metrics"
     pkill -TERM -P $pid; wait $pid
@@ -127,4 +139,13 @@ for mode in "3 --sp 1" "3 --sp 2" "5 --policy edf_best_fit"; do
         [ $((${ball:-0} - ${b1:-0})) -gt 3 ]
     [ $same = 15 ] || tail -n 20 "$dir/$name.err" | sed 's/^/# /'
 done
+# and with the built-in cost model, which has no batch dimension: no chunk takes in another
+serve_bg mpinone tidal_mpirun 3 "$TIDAL" serve --ckpt "$ckpt" --listen 127.0.0.1:0 \
+    --max-resolution 64 --progress-every 0 --sp 1
+send_all mpinone
+curl -s "$base/metrics" >"$dir/mpinone.metrics"
+pkill -TERM -P $pid; wait $pid
+b1=`count "$dir/mpinone.metrics" 1` ball=`count "$dir/mpinone.metrics" +Inf`
+check "the built-in cost model (no batch table): every chunk alone ($b1 of $ball)" \
+    [ "${ball:-0}" -gt 0 -a "$b1" = "$ball" ]
 done_testing
