@@ -169,6 +169,101 @@ static void test_cost(void)
     ok(coord_cost_model_load("/nonexistent/cost.json", &back) == TDL_ERR_NOT_FOUND, "missing file");
 }
 
+static void test_batch(void)
+{
+    /* the batch table at 64 tokens (32 px, patch 4): a step of 2 images together costs 0.75 of
+     * two alone, of 4 0.5 (3: 0.625 between them) */
+    coord_cost_model_t m;
+    model_hand(&m);
+    int images[3] = {4, 1, 2};
+    double factor[3] = {0.5, 1.0, 0.75};
+    ok(coord_cost_model_set_batch(&m, 64, images, factor, 3) == TDL_OK, "a batch table");
+    is_near(coord_cost_batch_factor(&m, 64, 3), 0.625, 1e-15, "3 images: between 2 and 4");
+    is_near(coord_cost_batch_factor(&m, 64, 9), 0.5, 1e-15, "past the last point: flat");
+    is_near(coord_cost_batch_factor(&m, 200, 2), 0.75, 1e-15, "200 tokens: the nearest table");
+    int twice[2] = {2, 2};
+    ok(coord_cost_model_set_batch(&m, 64, twice, factor, 2) == TDL_ERR_INVALID_ARG &&
+           coord_cost_batch_factor(&m, 64, 2) == 0.75,
+       "an image count twice is refused, the table kept: %s", tdl_error_get());
+    /* static_sp1 on one rank, three requests of 10 Euler steps at 0 ms, chunks of 5. Request 0's
+     * PREPARE (1 ms); its first chunk takes in requests 1 and 2 (their PREPARE is the chunk's):
+     * 3 x 10 ms x 0.625 x 5 steps = 93.75 ms, to 94.75; the second chunk of all three the same,
+     * to 188.5; then the three DECODEs of 2 ms, one after the other: 190.5, 192.5, 194.5 ms. */
+    coord_workload_request_t rs[3] = {wreq(0, 10, 0, 0), wreq(0, 10, 0, 0), wreq(0, 10, 0, 0)};
+    double fin[3];
+    coord_sim_result_t r;
+    coord_sim_config_t c = {.ranks = 1,
+                            .chunk = 5,
+                            .cost = &m,
+                            .policy = coord_policy_find("static_sp1"),
+                            .batch_rows = 8};
+    ok(coord_sim_run(&c, rs, 3, &r, fin) == TDL_OK, "batched: runs");
+    double sorted[3] = {fin[0], fin[1], fin[2]};
+    for (int i = 0; i < 3; i++)
+        for (int j = i + 1; j < 3; j++)
+            if (sorted[j] < sorted[i]) {
+                double x = sorted[i];
+                sorted[i] = sorted[j], sorted[j] = x;
+            }
+    ok(fabs(sorted[0] - 0.1905) < 1e-12 && fabs(sorted[1] - 0.1925) < 1e-12 &&
+           fabs(sorted[2] - 0.1945) < 1e-12,
+       "batched: the three done at 190.5, 192.5, 194.5 ms (%.4f %.4f %.4f)", sorted[0],
+       sorted[1], sorted[2]);
+    ok(r.batches == 2 && r.batched == 6, "two chunks of three requests (%ld, %ld)", r.batches,
+       r.batched);
+    is_int(r.tasks, 1 + 3 + 3 + 3, "PREPARE once, 3 x 2 chunks, 3 DECODEs");
+    c.batch_rows = 0; /* one at a time: 1 + 100 + 2 ms each */
+    ok(coord_sim_run(&c, rs, 3, &r, fin) == TDL_OK && fabs(fin[0] - 0.103) < 1e-12 &&
+           fabs(fin[1] - 0.206) < 1e-12 && fabs(fin[2] - 0.309) < 1e-12 && r.batches == 0,
+       "no batching: 103, 206, 309 ms");
+    c.batch_rows = 2; /* two rows at most */
+    tdl_status_t st = coord_sim_run(&c, rs, 3, &r, fin);
+    ok(st == TDL_OK && r.batches > 0 &&
+           r.batched == 2 * r.batches,
+       "batch_rows 2: every batch of two (%ld batches, %ld requests)", r.batches, r.batched);
+    rs[1].resolution = 64; /* another resolution never joins */
+    c.batch_rows = 8;
+    st = coord_sim_run(&c, rs, 3, &r, fin);
+    ok(st == TDL_OK && r.batched == 2 * r.batches &&
+           r.batches > 0,
+       "a 64 px request never joins the 32 px ones (%ld batches, %ld requests)", r.batches,
+       r.batched);
+    rs[1].resolution = 32;
+    m.nbatch = 0; /* without a table, sharing never pays */
+    ok(coord_sim_run(&c, rs, 3, &r, fin) == TDL_OK && r.batches == 0 && fabs(fin[2] - 0.309) < 1e-12,
+       "no batch table: no batch, the unbatched timeline");
+    /* the JSON round trip and a bad table */
+    coord_cost_model_t back;
+    model_hand(&m);
+    coord_cost_model_set_batch(&m, 64, images, factor, 3);
+    coord_cost_model_set_batch(&m, 256, images, factor, 2);
+    char path[] = "/tmp/tidal-cost-XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    ok(coord_cost_model_save(&m, path) == TDL_OK && coord_cost_model_load(path, &back) == TDL_OK,
+       "a model with batch tables saved and loaded: %s", tdl_error_get());
+    bool same = back.nbatch == 2;
+    for (int i = 0; same && i < 2; i++) {
+        same = back.batch[i].tokens == m.batch[i].tokens &&
+               back.batch[i].npoints == m.batch[i].npoints;
+        for (int k = 0; same && k < m.batch[i].npoints; k++)
+            same = back.batch[i].images[k] == m.batch[i].images[k] &&
+                   back.batch[i].factor[k] == m.batch[i].factor[k];
+    }
+    ok(same, "the batch tables come back exactly");
+    FILE *f = fopen(path, "w");
+    fputs("{\"patch\": 4, \"stages\": {\"prepare\": {\"1\": {\"a\": 0, \"b\": 0, \"c\": 1}}, "
+          "\"step\": {\"1\": {\"a\": 0, \"b\": 0, \"c\": 1}}, \"decode\": {\"1\": {\"a\": 0, "
+          "\"b\": 0, \"c\": 1}}}, \"migration\": {\"latency_s\": 0, \"bytes_per_s\": 1, "
+          "\"state_bytes_per_token\": 0}, \"step_batch\": {\"64\": {\"2\": -1}}}",
+          f);
+    fclose(f);
+    ok(coord_cost_model_load(path, &back) == TDL_ERR_CORRUPT &&
+           strstr(tdl_error_get(), "step_batch.64"),
+       "a negative factor refused, naming the table: %s", tdl_error_get());
+    unlink(path);
+}
+
 static void test_trace(void)
 {
     coord_cost_model_t m;
@@ -410,6 +505,7 @@ int main(void)
     test_migration();
     test_errors();
     test_cost();
+    test_batch();
     test_trace();
     test_scale();
     test_keyed_order();
