@@ -42,6 +42,25 @@ for stage in ("prepare", "step", "decode"):
                 bad.append(f"{stage} SP{deg} at {x} tokens: fit {fit:.6g} s, measured {y:.6g} s, claimed rel_err {f['rel_err']:.3g}")
         if stage == "step" and not pts[-1][1] > pts[0][1]:
             bad.append(f"step SP{deg}: {pts[-1][0]} tokens not slower than {pts[0][0]}")
+# the batch dimension: a table per side, each factor the printed ms an image over one image's
+sides = {32: 64, 48: 144, 64: 256, 96: 576}
+for line in open(sys.argv[2]):
+    g = re.match(r"\s*step\s+SP1\s+(\d+)x\d+\s+batches:(.*)", line)
+    if not g:
+        continue
+    side, pts = int(g[1]), re.findall(r"(\d+): ([\d.]+) ms an image \(x([\d.]+)\)", g[2])
+    table = m.get("step_batch", {}).get(str(sides.get(side, 0)))
+    if not table or sorted(int(k) for k in table) != [1, 2, 4, 8] or len(pts) != 4:
+        bad.append(f"step_batch at {side} px: table {table}, printed {pts}")
+        continue
+    one = float(pts[0][1])
+    for b, ms, fac in pts:
+        if abs(table[b] - float(fac)) > 1e-3 * max(1, table[b]) or \
+           abs(float(ms) / one - table[b]) > 0.02 * table[b] + 1e-3 / one:
+            bad.append(f"step_batch at {side} px, {b} images: {table[b]} against printed {ms} ms (x{fac})")
+    sides.pop(side)
+if sides:
+    bad.append(f"no batch line for sides {sorted(sides)}")
 mig = m["migration"]
 if not (mig["bytes_per_s"] > 0 and mig["latency_s"] >= 0 and mig["state_bytes_per_token"] > 0):
     bad.append(f"migration block {mig}")
@@ -50,7 +69,10 @@ sys.exit(1 if bad else 0)
 EOF
 pyrc=$?
 sed 's/^/# /' "$tmp.py"
-check "every fit reproduces its measurements within its claimed error; step cost grows" [ "$pyrc" = 0 ]
+check "every fit reproduces its measurements within its claimed error; step cost grows; a batch table per side, its factors the printed ones" [ "$pyrc" = 0 ]
+"$TIDAL" profile --step-batches 1,0 --out "$tmp.no.json" >/dev/null 2>"$tmp.err"; rc=$?
+check "--step-batches 1,0: exit 2, named, no file written" \
+    sh -c '[ "$1" = 2 ] && grep -q "step-batches" "$2" && [ ! -e "$3" ]' _ "$rc" "$tmp.err" "$tmp.no.json"
 
 "$TIDAL" workload -o "$tmp.trace" --requests 60 --ranks 4 --cost "$tmp.json" >"$tmp.wout" 2>&1
 check "workload sizes a trace with the profiled model" [ "$?" = 0 ]
