@@ -2,7 +2,8 @@
 # A serving executor that dies does not lose a request: `tidal serve` on 4 ranks (rank 0 and 3
 # executors) under tools/mpirun-recover replays a trace while TIDAL_FAULT kills one executor at
 # a step chunk (SIGKILL), or stops it there (SIGSTOP, then SIGKILL once it has been declared
-# dead): static_sp1 and static_sp2 (a dead member of a sequence-parallel group); and an
+# dead): static_sp1 and static_sp2 (a dead member of a sequence-parallel group), static_sp1 with
+# batched chunks (every request of the dead rank's batch); and an
 # executor that dies as a request's state moves to other ranks (serve.move), under edf_best_fit.
 # Every request answers 200 with the PNG, byte for byte, of a run without the failure (a request
 # that lost its rank starts again from its seed); stopped, the job exits 0, names the dead rank
@@ -64,6 +65,28 @@ for sp in 1 2; do
         faulted "$dir/$how$sp" "sp$sp, SIG$how" "at its 3rd chunk" serve.chunk:1:3 $how \
             "$dir/ref$sp" "$ids" $serve --sp $sp
     done
+done
+
+# A batch that loses its rank: the eight requests at once, under a cost model whose batch
+# dimension says that sharing a step pays, so that each executor's chunks step several requests
+# together; rank 1 dies at its 3rd chunk, every member of its batch starts again elsewhere
+sed 's/"at_ms": [0-9]*/"at_ms": 0/' "$dir/trace.jsonl" >"$dir/batch.jsonl"
+cat >"$dir/bcost.json" <<'EOF'
+{"model": "tiny", "patch": 2, "per_image": true,
+ "stages": {"prepare": {"1": {"a": 0, "b": 0, "c": 0.0001}},
+            "step": {"1": {"a": 0, "b": 0, "c": 0.004}},
+            "decode": {"1": {"a": 0, "b": 0, "c": 0.001}}},
+ "migration": {"latency_s": 0.0005, "bytes_per_s": 1e10, "state_bytes_per_token": 128},
+ "step_batch": {"256": {"1": 1, "8": 0.5}}}
+EOF
+batched="--ckpt $dir/ckpt/model.h5 --trace $dir/batch.jsonl --sp 1 --cost $dir/bcost.json"
+for how in KILL STOP; do
+    faulted "$dir/${how}batch" "batched, SIG$how" "at its 3rd chunk" serve.chunk:1:3 $how \
+        "$dir/ref1" "$ids" $batched
+    b1=`sed -n 's/^tidal_batch_size_bucket{le="1"} //p' "$dir/${how}batch/metrics"`
+    ball=`sed -n 's/^tidal_batch_size_bucket{le="+Inf"} //p' "$dir/${how}batch/metrics"`
+    check "batched, SIG$how: chunks stepped several requests ($((${ball:-0} - ${b1:-0})) of ${ball:-0})" \
+        [ $((${ball:-0} - ${b1:-0})) -gt 0 ]
 done
 
 # A move of state on every run: under edf_best_fit, with a cost model in which sp2 steps 4x
