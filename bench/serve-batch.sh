@@ -5,8 +5,9 @@
 # peak resident memory, VmHWM after 128x128 requests that fill --max-batch 8, and the time from
 # its launch to the first 200 of /healthz, with the default model), and what batched denoising
 # buys alone: throughput at saturation at 32 and 64 px and p50 latency at 30% load, batched
-# against --no-batching, in the same run. Under mpirun the executors do not batch yet: that
-# half is still to come.
+# against --no-batching, in the same run; and the same on 8 executor devices of the emulated
+# cluster (1x8+1: rank 0 coordinates, edf_best_fit, batched chunks under a cost model that
+# tidal profile measures there, its batch dimension included).
 
 bm_serve_batch() { # tidal serve's peak resident memory and start-up time to /healthz (default model, --max-batch 8, --max-resolution 128); batched against unbatched throughput and low-load p50, alone
     bench_build src/tidal
@@ -36,6 +37,7 @@ bm_serve_batch() { # tidal serve's peak resident memory and start-up time to /he
             done
         done
         serve_batch_throughput
+        serve_batch_cluster
         rm -rf "$work"
     fi
     bench_launch="one tidal serve process (no mpirun), OPENBLAS_NUM_THREADS=1, the fmnist DiT of a 2-step tidal train, --max-batch 8"
@@ -63,6 +65,23 @@ bm_serve_batch() { # tidal serve's peak resident memory and start-up time to /he
         bench_target "batched throughput at saturation, 64 px, against --no-batching" batch_throughput_ratio_64 '>=' 1.3
         bench_target "p50 latency at 30% load, 32 px, batched over --no-batching" batch_p50_ratio_low_load '<=' 1.1
     fi
+    local ccsv=$results/$bench_name.cluster.csv
+    if [ -s "$ccsv" ]; then
+        while read -r k2 v; do bench_headline "$k2" "$v"; done < <(awk -F, '
+            NR > 1 { key = $1 "," $2 "," $3; rate[key] = $6; p50[key] = $7; nb[key] = $8 "/" $9 }
+            END {
+                for (r = 32; r <= 64; r *= 2) {
+                    b = rate["saturation," r ",batched"]; u = rate["saturation," r ",unbatched"]
+                    if (u > 0) printf "cluster_batch_throughput_ratio_%d %.3f\n", r, b / u
+                    if (u > 0) printf "cluster_batched_chunks_%d %s\n", r, nb["saturation," r ",batched"]
+                }
+                b = p50["low," 32 ",batched"]; u = p50["low," 32 ",unbatched"]
+                if (u > 0) printf "cluster_batch_p50_ratio_low_load %.3f\n", b / u
+            }' "$ccsv")
+        bench_target "on 8 emulated executors: batched throughput at saturation, 32 px" cluster_batch_throughput_ratio_32 '>=' 2
+        bench_target "on 8 emulated executors: batched throughput at saturation, 64 px" cluster_batch_throughput_ratio_64 '>=' 1.3
+        bench_target "on 8 emulated executors: p50 latency at 30% load, 32 px, batched over --no-batching" cluster_batch_p50_ratio_low_load '<=' 1.1
+    fi
     bench_table round max_resolution startup_s rss_healthz_mib peak_rss_mib activations_mib requests
     bench_note "start-up: from the launch to the first 200 of /healthz, polled every 10 ms with" \
         "curl; the program itself is run, not libtool's wrapper script; the median of the rounds"
@@ -77,7 +96,13 @@ bm_serve_batch() { # tidal serve's peak resident memory and start-up time to /he
         "request, up to 8 requests a pass), --exit-after-trace, batched and --no-batching in" \
         "turn; low load: a Poisson trace at 30% of the --no-batching rate just measured, at 32" \
         "px. On a CPU one BLAS thread keeps its core busy with one image's products, so batching" \
-        "saves only the per-pass costs; the batch under mpirun (executors) is still to come"
+        "saves only the per-pass costs"
+    bench_note "cluster ($bench_name.cluster.csv): mpirun -np 9 on the emulated cluster" \
+        "${bench_cluster:-(none here: plain mpirun)}, edf_best_fit, --max-batch 16, the same" \
+        "saturation traces, low load at 30% of the rate the cluster sustained unbatched;" \
+        "the cost model is tidal profile's on that layout (--sides 32,64, its batch dimension at" \
+        "1, 2, 4, 8, 16 images), so chunks batch only where that profile says sharing a step pays;" \
+        "batched_chunks: chunks that took in others / the requests they held"
     awk -F, 'NR > 1 { s[$2] = s[$2] " " $4; p[$2] = ($5 + 0 > p[$2] + 0 ? $5 : p[$2]) }
              END { print "max_resolution,rss_healthz_mib,peak_rss_mib"
                    for (r in p) { split(s[r], a, " "); print r "," a[1] "," p[r] } }' \
@@ -200,3 +225,61 @@ serve_batch_trace() {
             END { exit !ok }'
 }
 
+
+# serve_batch_cluster: the saturation and low-load traces on 8 executors of the emulated cluster
+# (1x8+1), edf_best_fit under a cost model profiled there, batched and --no-batching; rows in
+# $results/$bench_name.cluster.csv (what,res,mode,requests,seconds,requests_per_s,p50_s,
+# batches,batched).
+serve_batch_cluster() {
+    local ccsv=$results/$bench_name.cluster.csv what res mode trace n
+    bench_cluster_default "1x8+1"
+    echo "what,res,mode,requests,seconds,requests_per_s,p50_s,batches,batched" >"$ccsv"
+    bench_mpirun 9 "$tidal" profile --model fmnist --sides 32,64 --step-batches 1,2,4,8,16 \
+        --reps 3 --out "$work/cost.json" || { bench_failed+=("tidal profile on the cluster"); return 0; }
+    for what in saturation-32 saturation-64 low-32; do
+        res=${what#*-}
+        case $what in
+        saturation-*) trace=$work/sat$res.jsonl ;;
+        *)  # 30% of the rate this cluster sustained unbatched at 32 px
+            trace=$work/cllow.jsonl
+            local rate
+            rate=$(awk -F, '$1 == "saturation" && $2 == 32 && $3 == "unbatched" { print $6 }' "$ccsv")
+            [ -n "$rate" ] || continue
+            n=40 && [ -n "$quick" ] && n=20
+            /usr/bin/python3 - "$trace" "$n" "$rate" <<'PY'
+import json, random, sys
+path, n, rate = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+rng, t = random.Random(29), 0.0
+with open(path, "w") as f:
+    for i in range(n):
+        t += rng.expovariate(0.3 * rate)
+        f.write(json.dumps({"at_ms": int(t * 1000), "label": i % 10, "resolution": 32,
+                            "steps": 20, "cfg": 4, "seed": 3000 + i}) + "\n")
+PY
+            ;;
+        esac
+        [ -s "$trace" ] || continue
+        n=$(grep -c . "$trace")
+        for mode in unbatched batched; do
+            local flag="" log=$work/cl-$what-$mode.jsonl
+            [ "$mode" = unbatched ] && flag=--no-batching
+            say "cluster: $what, $mode: $n requests"
+            bench_mpirun 9 "$tidal" serve --ckpt "$work/run/model.h5" --listen none \
+                --trace "$trace" --exit-after-trace --policy edf_best_fit --cost "$work/cost.json" \
+                --max-batch 16 --max-resolution 64 --progress-every 0 --request-log "$log" $flag ||
+                { bench_failed+=("cluster: $what $mode"); continue; }
+            local nb
+            nb=$(grep 'tidal serve: policy .* batched chunks' "$bench_log" | tail -n 1 |
+                sed -n 's/.*, \([0-9]*\) batched chunks (\([0-9]*\) requests).*/\1,\2/p')
+            /usr/bin/python3 - "$log" "${what%-*}" "$res" "$mode" "${nb:-,}" >>"$ccsv" 2>>"$bench_log" <<'PY'
+import json, sys
+log, what, res, mode, nb = sys.argv[1:6]
+rs = [json.loads(l) for l in open(log)]
+lat = sorted(r["latency_s"] for r in rs)
+span = max(r["finish_s"] for r in rs) - min(r["arrival_s"] for r in rs)
+p50 = lat[max(0, (len(lat) + 1) // 2 - 1)]
+print(f"{what},{res},{mode},{len(rs)},{span:.4f},{len(rs) / span:.4f},{p50:.4f},{nb}")
+PY
+        done
+    done
+}

@@ -791,8 +791,9 @@ out:
     if (r.co) {
         coord_stats_t k;
         coord_stats_get(r.co, &k);
-        printf("tidal serve: policy %s: %ld tasks, %ld moves of state\n", coord_policy_name(r.co),
-               k.tasks, k.migrations);
+        printf("tidal serve: policy %s: %ld tasks, %ld moves of state, %ld batched chunks (%ld "
+               "requests)\n",
+               coord_policy_name(r.co), k.tasks, k.migrations, k.batches, k.batched);
         if (k.lost) {
             int dead[SERVE_WIRE_MAX_WORKERS + 1];
             int n = serve_dispatcher_dead(d, dead, (int)TDL_ARRAY_SIZE(dead));
