@@ -235,7 +235,7 @@ serve_batch_cluster() {
     bench_cluster_default "1x8+1"
     echo "what,res,mode,requests,seconds,requests_per_s,p50_s,batches,batched" >"$ccsv"
     bench_mpirun 9 "$tidal" profile --model fmnist --sides 32,64 --step-batches 1,2,4,8,16 \
-        --reps 3 --out "$work/cost.json" || { bench_failed+=("tidal profile on the cluster"); return 0; }
+        --reps 7 --out "$work/cost.json" || { bench_failed+=("tidal profile on the cluster"); return 0; }
     for what in saturation-32 saturation-64 low-32; do
         res=${what#*-}
         case $what in

@@ -31,6 +31,8 @@ struct sched {
     int running;
     uint64_t *joined; /* request id -> the apply() that took it into a batch (0: none) */
     uint64_t applies;
+    uint64_t *planned; /* request id -> the list of placements that names it (0: none) */
+    uint64_t plans;
     int *cand;        /* live slots that may join a batch */
     double now;
     coord_sched_stats_t stats;
@@ -91,6 +93,8 @@ static bool may_join(const coord_sched_t *s, const coord_policy_request_t *r,
                      const coord_policy_request_t *q, int rows)
 {
     bool first = q->next == COORD_POLICY_TASK_PREPARE && q->nranks == 0;
+    if (s->planned[q->id] == s->plans) /* the policy places it on ranks of its own */
+        return false;
     if (q->running || (q->next != COORD_POLICY_TASK_STEP_CHUNK && !first) || q->id == r->id ||
         q->resolution != r->resolution || q->step_evals != r->step_evals ||
         rows + q->n > s->cfg.batch_rows)
@@ -243,11 +247,21 @@ static tdl_status_t start(coord_sched_t *s, const coord_policy_placement_t *p)
     return st;
 }
 
+/* The requests of a list of placements: no batch takes them in while it is started. */
+static void plan(coord_sched_t *s, const coord_policy_placement_t *ps, int n)
+{
+    s->plans++;
+    for (int i = 0; i < n; i++)
+        if (ps[i].request_id < s->nids)
+            s->planned[ps[i].request_id] = s->plans;
+}
+
 /* Starts placements, then reports each start to the policy and starts what it answers. */
 static tdl_status_t apply(coord_sched_t *s, int nout)
 {
     tdl_status_t st = TDL_OK;
     s->applies++;
+    plan(s, s->buf[0], nout);
     for (int i = 0; st == TDL_OK && i < nout; i++)
         st = start(s, &s->buf[0][i]);
     while (st == TDL_OK && s->nstarted > 0) {
@@ -256,6 +270,8 @@ static tdl_status_t apply(coord_sched_t *s, int nout)
         coord_policy_event_t ev = {COORD_POLICY_EV_STARTED, id, s->live[slot_of(s, id)].next};
         coord_policy_view_t v = view_of(s);
         st = s->cfg.policy->on_event(s->pstate, &v, &ev, s->buf[1], s->bufcap, &n2);
+        if (st == TDL_OK)
+            plan(s, s->buf[1], n2);
         for (int i = 0; st == TDL_OK && i < n2; i++)
             st = start(s, &s->buf[1][i]);
     }
@@ -272,7 +288,10 @@ static tdl_status_t grow(coord_sched_t *s)
         uint64_t *jo = tdl_realloc(s->joined, cap * sizeof(uint64_t));
         if (jo)
             s->joined = jo;
-        if (!lo || !jo)
+        uint64_t *pl = tdl_realloc(s->planned, cap * sizeof(uint64_t));
+        if (pl)
+            s->planned = pl;
+        if (!lo || !jo || !pl)
             return tdl_error_raise(TDL_ERR_NOMEM, "scheduler: out of memory");
         s->idcap = cap;
     }
@@ -306,6 +325,7 @@ tdl_status_t coord_sched_arrive(coord_sched_t *s, double now, const coord_sched_
     s->now = now;
     uint64_t id = s->nids++;
     s->joined[id] = 0;
+    s->planned[id] = 0;
     int slot = s->nlive++;
     coord_policy_request_t *r = &s->live[slot];
     memset(r, 0, sizeof(*r));
@@ -597,6 +617,7 @@ tdl_status_t coord_sched_create(const coord_sched_config_t *cfg, coord_sched_t *
     s->busy = tdl_calloc((size_t)cfg->ranks, sizeof(bool));
     s->load = tdl_calloc((size_t)cfg->ranks, sizeof(int));
     s->joined = tdl_calloc(s->idcap, sizeof(uint64_t));
+    s->planned = tdl_calloc(s->idcap, sizeof(uint64_t));
     s->cand = tdl_calloc((size_t)s->cap, sizeof(int));
     s->offline = tdl_calloc((size_t)cfg->ranks, sizeof(bool));
     s->lost = tdl_calloc((size_t)cfg->ranks, sizeof(bool));
@@ -609,7 +630,7 @@ tdl_status_t coord_sched_create(const coord_sched_config_t *cfg, coord_sched_t *
     s->buf[0] = tdl_malloc((size_t)s->bufcap * sizeof(coord_policy_placement_t));
     s->buf[1] = tdl_malloc((size_t)s->bufcap * sizeof(coord_policy_placement_t));
     tdl_status_t st = TDL_OK;
-    if (!s->busy || !s->load || !s->joined || !s->cand || !s->offline || !s->lost || !s->stamp || !s->live || !s->live_ranks ||
+    if (!s->busy || !s->load || !s->joined || !s->planned || !s->cand || !s->offline || !s->lost || !s->stamp || !s->live || !s->live_ranks ||
         !s->prev_ranks || !s->live_of || !s->started || !s->buf[0] || !s->buf[1])
         st = tdl_error_raise(TDL_ERR_NOMEM, "scheduler: out of memory for %d ranks", cfg->ranks);
     if (st == TDL_OK)
@@ -631,6 +652,6 @@ void coord_sched_free(coord_sched_t *s)
     free(s->buf[1]), free(s->buf[0]), free(s->started), free(s->live_of), free(s->prev_ranks);
     free(s->live_ranks), free(s->live), free(s->stamp), free(s->lost), free(s->offline),
         free(s->busy);
-    free(s->load), free(s->joined), free(s->cand);
+    free(s->load), free(s->joined), free(s->planned), free(s->cand);
     free(s);
 }
