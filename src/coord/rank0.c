@@ -284,6 +284,9 @@ typedef struct rank0_task {
     int steps_done;
 } rank0_task_t;
 
+/* Seconds rank 0 waits, after a failure, for the tasks in flight before it stops the executors. */
+#define RANK0_DRAIN_S 30.0
+
 typedef struct rank0 {
     coord_t *co;
     rank0_task_t *tasks; /* by request number */
@@ -382,11 +385,20 @@ static tdl_status_t take_commands(rank0_t *r)
                       serve_job_params(cmd->handle)->id, serve_task_name(cmd->task.kind),
                       cmd->task.move ? " (moved)" : "", cmd->task.ranks[0],
                       cmd->task.ranks[cmd->task.nranks - 1], cmd->task.nranks, cmd->estimate_s);
-            task_sent(r, cmd);
             if (cmd->task.kind == SERVE_TASK_STEP_CHUNK && r->batch_left-- == 0) {
                 r->batch_left = cmd->task.batch_after; /* the head of a batch, or alone */
+                /* a batch goes out whole or not at all: its executors wait for every member */
+                if (cmd->task.batch_after > 0 &&
+                    serve_dispatcher_room(r->d) <= cmd->task.batch_after) {
+                    s = tdl_error_raise(TDL_ERR_INTERNAL,
+                                        "dispatch: room for %d more tasks in flight, a batch of "
+                                        "%d needs as many",
+                                        serve_dispatcher_room(r->d), cmd->task.batch_after + 1);
+                    break;
+                }
                 serve_queue_observe_batch(r->q, cmd->task.batch_after + 1);
             }
+            task_sent(r, cmd);
             s = serve_dispatch_task(r->d, cmd->spec, &cmd->task, (void *)(uintptr_t)cmd->request);
             break;
         case COORD_CMD_ANSWER:
@@ -779,12 +791,19 @@ out:
         else if (!got)
             usleep(300);
     }
-    /* and what is still in flight after a failure */
+    /* and what is still in flight after a failure, for a while: a task that cannot end (a batch
+     * whose executors wait for members that were never sent) must not hold the job */
+    double drain_until = tdl_clock_s() + RANK0_DRAIN_S;
     while (d && serve_dispatcher_inflight(d) > 0) {
         serve_inflight_t fin[SERVE_MAX_DEGREE * 4];
         int got = serve_dispatcher_poll(d, fin, (int)TDL_ARRAY_SIZE(fin));
         for (int i = 0; i < got; i++)
             free(fin[i].png);
+        if (!got && tdl_clock_s() > drain_until) {
+            TDL_WARN("%d tasks still in flight after %.0f s: the executors are stopped anyway",
+                     serve_dispatcher_inflight(d), RANK0_DRAIN_S);
+            break;
+        }
         if (!got)
             usleep(300);
     }

@@ -83,6 +83,11 @@ int serve_dispatcher_inflight(const serve_dispatcher_t *d)
     return d->ninflight;
 }
 
+int serve_dispatcher_room(const serve_dispatcher_t *d)
+{
+    return d->max_inflight - d->ninflight;
+}
+
 static bool valid_ranks(const serve_dispatcher_t *d, const int *r, int n, int lo)
 {
     if (n < lo || n > SERVE_MAX_DEGREE || (n && !r))

@@ -523,8 +523,9 @@ tdl_status_t serve_dispatcher_create(gfc_runtime_t *rt, int world, serve_dispatc
  * dead on the way fails the task with TDL_ERR_PEER at the next poll, not here. */
 tdl_status_t serve_dispatch_task(serve_dispatcher_t *d, const serve_traj_spec_t *spec,
                                  const serve_task_cmd_t *cmd, void *user);
-/* Tasks started and not yet reported. */
+/* Tasks started and not yet reported, and how many more may be. */
 int serve_dispatcher_inflight(const serve_dispatcher_t *d);
+int serve_dispatcher_room(const serve_dispatcher_t *d);
 /* Reported tasks into done[] (up to max); answers how many. */
 int serve_dispatcher_poll(serve_dispatcher_t *d, serve_inflight_t *done, int max);
 /* A command of the caller's own (msg->op > SERVE_OP_STOP) to executor `worker`, after the tasks
