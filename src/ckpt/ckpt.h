@@ -107,6 +107,39 @@ uint32_t ckpt_fletcher32(const void *data, size_t len);
 /* Whether the file has the group /<group> ("ema"). */
 tdl_status_t ckpt_weights_has_group(const char *path, const char *group, bool *out);
 
+/* ---- safetensors (src/ckpt/safetensors.c) --------------------------------------------------
+ * Hugging Face's format, in which diffusers and the model hubs ship weights: an 8-byte
+ * little-endian header length, a JSON header naming each tensor's dtype, shape and byte range,
+ * then the data. Opening checks the whole header against the file (sizes, offsets that tile the
+ * data section with no overlap or hole, known dtypes, names without control characters or '/')
+ * and refuses a truncated or forged file with TDL_ERR_CORRUPT naming the tensor at fault. */
+
+#define CKPT_ST_MAX_DIMS 8
+
+typedef struct ckpt_st_entry {
+    char name[128];
+    char dtype[8]; /* "F32", "F16", "BF16", "F64", "I64", ... */
+    int dtype_bytes;
+    int ndim;
+    int64_t shape[CKPT_ST_MAX_DIMS];
+    uint64_t numel;
+    uint64_t begin, end; /* within the data section */
+} ckpt_st_entry_t;
+
+typedef struct ckpt_st ckpt_st_t;
+
+tdl_status_t ckpt_st_open(const char *path, ckpt_st_t **out);
+void ckpt_st_close(ckpt_st_t *st);
+int ckpt_st_count(const ckpt_st_t *st);
+const ckpt_st_entry_t *ckpt_st_entry(const ckpt_st_t *st, int i); /* in the header's order */
+const ckpt_st_entry_t *ckpt_st_find(const ckpt_st_t *st, const char *name);
+/* A string of the header's "__metadata__", or NULL. */
+const char *ckpt_st_metadata(const ckpt_st_t *st, const char *key);
+/* The tensor as numel floats (F32 as it is; F16, BF16 and F64 converted, F64 rounded); another
+ * dtype is TDL_ERR_MISMATCH, a numel that is not the tensor's TDL_ERR_INVALID_ARG. */
+tdl_status_t ckpt_st_read_f32(const ckpt_st_t *st, const ckpt_st_entry_t *e, float *out,
+                              size_t numel);
+
 #ifdef __cplusplus
 }
 #endif
