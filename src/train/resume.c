@@ -81,6 +81,10 @@ tdl_status_t train_checkpoint_restore_rank(train_trainer_t *tr, const char *path
             snprintf(saved, sizeof(saved), "%lld", (long long)got[i]);
             snprintf(has, sizeof(has), "%lld", (long long)want[i]);
         }
+    if (what && !strcmp(what, "objective")) {
+        snprintf(saved, sizeof(saved), "%s", dit_objective_name(c.objective));
+        snprintf(has, sizeof(has), "%s", dit_objective_name(run->objective));
+    }
     const double got_d[] = {c.mlp_ratio, c.class_dropout_prob};
     const double want_d[] = {run->mlp_ratio, run->class_dropout_prob};
     for (int i = 0; !what && i < 2; i++)

@@ -563,6 +563,9 @@ tdl_status_t train_checkpoint_info(const char *path, FILE *out)
             c->name, c->depth, c->hidden_size, c->num_heads, c->patch_size, c->in_channels,
             c->num_classes, c->input_size, m->num_params,
             (double)m->num_params * 4 / (1 << 20));
+    fprintf(out, "  objective    %s, learn_sigma %s (%d output channels)\n",
+            dit_objective_name(c->objective), c->learn_sigma ? "on" : "off",
+            dit_config_out_channels(c));
     fprintf(out, "  written      %s by tidal %s\n", created ? created : "?",
             version ? version : "?");
     char **names = NULL;
