@@ -109,8 +109,8 @@ static int generate_run(tdl_params_t *params, int npos, char **pos)
     if (st == TDL_OK) {
         printf("tidal generate: %d images of %dx%d (%s, %d %s steps, cfg %.1f, seed %llu) in "
                "%.1f s -> %s\n",
-               n, res, res, c->name, o.steps, sampler, o.cfg_scale,
-               (unsigned long long)o.seed, tdl_clock_s() - t0, output);
+               n, res, res, c->name, o.steps, sampler, o.cfg_scale, (unsigned long long)o.seed,
+               tdl_clock_s() - t0, output);
         rc = CLI_EXIT_OK;
     } else {
         fprintf(stderr, "tidal: generate: %s\n", tdl_error_get());

@@ -178,8 +178,10 @@ tdl_status_t dit_config_check(const dit_config_t *c)
                                    c->name, f->field, v, f->min, f->max);
     }
     if (c->objective != DIT_OBJECTIVE_RF && c->objective != DIT_OBJECTIVE_DDPM)
-        return tdl_error_raise(TDL_ERR_INVALID_ARG, "DiT config '%s': objective %d is neither rf "
-                               "nor ddpm", c->name, (int)c->objective);
+        return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                               "DiT config '%s': objective %d is neither rf "
+                               "nor ddpm",
+                               c->name, (int)c->objective);
     dit_config_t copy = *c;
     tdl_status_t st = dit_config_set_double(&copy, "mlp_ratio", c->mlp_ratio);
     if (st == TDL_OK)

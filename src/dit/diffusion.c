@@ -106,8 +106,9 @@ tdl_status_t dit_diffusion_create(int base_steps, int steps, bool learn_sigma,
         int j = k ? k : 1;
         d->posterior_log_variance_clipped[k] =
             steps > 1 ? log(d->posterior_variance[j]) : d->log_betas[0];
-        d->fixed_log_variance[k] =
-            k ? d->log_betas[k] : steps > 1 ? log(d->posterior_variance[1]) : d->log_betas[0];
+        d->fixed_log_variance[k] = k           ? d->log_betas[k]
+                                   : steps > 1 ? log(d->posterior_variance[1])
+                                               : d->log_betas[0];
     }
     free(base);
     *diffusion_out = d;
@@ -251,7 +252,8 @@ void dit_diffusion_step(const dit_diffusion_t *d, dit_sampler_kind_t kind, int k
             double logvar = d->fixed_log_variance[k];
             if (d->learn_sigma) {
                 double frac = ((double)var[i] + 1.0) / 2.0;
-                logvar = frac * d->log_betas[k] + (1.0 - frac) * d->posterior_log_variance_clipped[k];
+                logvar =
+                    frac * d->log_betas[k] + (1.0 - frac) * d->posterior_log_variance_clipped[k];
             }
             x_next[e] = (float)(mean + exp(0.5 * logvar) * noise[e]);
         }
@@ -326,8 +328,9 @@ tdl_status_t dit_diffusion_sample(dit_model_t *m, const int *labels, int n, int 
     if (st != TDL_OK)
         return st;
     if (opts->steps < 1 || n < 1)
-        return tdl_error_raise(TDL_ERR_INVALID_ARG, "sampling needs steps >= 1 and images >= 1 "
-                                                    "(got %d steps, %d images)",
+        return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                               "sampling needs steps >= 1 and images >= 1 "
+                               "(got %d steps, %d images)",
                                opts->steps, n);
     dit_diffusion_t *d;
     if ((st = dit_diffusion_create(DIT_DIFFUSION_STEPS, opts->steps, c->learn_sigma, &d)))

@@ -20,7 +20,7 @@
 #define DIT_DIFFUSION_STEPS 1000 /* the reference's T */
 
 typedef struct dit_diffusion {
-    int steps;         /* of this process (respaced from base_steps) */
+    int steps; /* of this process (respaced from base_steps) */
     int base_steps;
     bool learn_sigma;  /* LEARNED_RANGE; else FIXED_LARGE */
     int *timestep_map; /* [steps]: the base step each one is, what the network sees */

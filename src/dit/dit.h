@@ -34,7 +34,7 @@ typedef struct dit_config {
     double mlp_ratio;
     int num_classes;  /* the label table has one more row: the null class */
     double class_dropout_prob;
-    int learn_sigma;  /* 1: the output has 2C channels, noise then variance (the reference's) */
+    int learn_sigma; /* 1: the output has 2C channels, noise then variance (the reference's) */
     dit_objective_t objective;
 } dit_config_t;
 
@@ -194,7 +194,6 @@ double dit_mse_loss(const float *out, const float *target, size_t n, float *dout
  * half of a learn_sigma output); dout's other values are set to 0. */
 double dit_mse_loss_strided(const float *out, const float *target, int batch, size_t per,
                             size_t stride, float *dout);
-
 
 /* ---- sampling ----------------------------------------------------------------------------- */
 

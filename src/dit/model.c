@@ -514,8 +514,7 @@ tdl_status_t dit_model_backward(dit_model_t *m, const float *dout)
     be->zero(X, a->dtok, (size_t)bt * po);
     be->unpatchify_backward(X, a->dtok, grad_out, b, co, h, w, p);
     be->zero(X, a->dmf, btd);
-    be->linear_backward(X, a->dmf, gv->final_w, gv->final_b, a->dtok, a->mf, v->final_w, bt, d,
-                        po);
+    be->linear_backward(X, a->dmf, gv->final_w, gv->final_b, a->dtok, a->mf, v->final_w, bt, d, po);
     be->zero(X, a->dlnf, btd);
     be->zero(X, a->dmodf, (size_t)b * 2 * d);
     be->modulate_backward(X, a->dlnf, a->dmodf, a->dmodf + d, a->dmf, a->lnf, a->modf + d, 2 * d,

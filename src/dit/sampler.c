@@ -35,12 +35,12 @@ tdl_status_t dit_sampler_check(dit_sampler_kind_t kind, dit_objective_t objectiv
     bool diffusion = kind == DIT_SAMPLER_DDPM || kind == DIT_SAMPLER_DDIM;
     if (diffusion == (objective == DIT_OBJECTIVE_DDPM))
         return TDL_OK;
-    return tdl_error_raise(TDL_ERR_INVALID_ARG,
-                           "sampler %s steps a %s model, and this one was trained with objective "
-                           "%s: use %s",
-                           dit_sampler_name(kind), diffusion ? "Gaussian-diffusion (ddpm)"
-                                                             : "rectified-flow (rf)",
-                           dit_objective_name(objective), diffusion ? "euler or heun" : "ddpm or ddim");
+    return tdl_error_raise(
+        TDL_ERR_INVALID_ARG,
+        "sampler %s steps a %s model, and this one was trained with objective "
+        "%s: use %s",
+        dit_sampler_name(kind), diffusion ? "Gaussian-diffusion (ddpm)" : "rectified-flow (rf)",
+        dit_objective_name(objective), diffusion ? "euler or heun" : "ddpm or ddim");
 }
 
 void dit_sampler_noise(float *x, int n, size_t per_image, uint64_t seed, uint64_t first_index)

@@ -62,13 +62,12 @@ tdl_status_t train_checkpoint_restore_rank(train_trainer_t *tr, const char *path
         (st = ckpt_attr_read_int(path, "batch", &batch)) != TDL_OK)
         return tdl_error_raise(st == TDL_ERR_IO || st == TDL_ERR_NOMEM ? st : TDL_ERR_CORRUPT,
                                "%s: %s", tdl_error_get(), STATE_ADVICE);
-    static const char *const same[] = {"hidden_size", "depth",       "num_heads",
-                                       "patch_size",  "in_channels", "num_classes",
-                                       "input_size",  "seed",        "batch",
-                                       "learn_sigma", "objective"};
-    const int64_t got[] = {c.hidden_size, c.depth,      c.num_heads, c.patch_size, c.in_channels,
-                           c.num_classes, c.input_size, seed,        batch,        c.learn_sigma,
-                           c.objective};
+    static const char *const same[] = {"hidden_size", "depth",       "num_heads",  "patch_size",
+                                       "in_channels", "num_classes", "input_size", "seed",
+                                       "batch",       "learn_sigma", "objective"};
+    const int64_t got[] = {c.hidden_size, c.depth,       c.num_heads,  c.patch_size,
+                           c.in_channels, c.num_classes, c.input_size, seed,
+                           batch,         c.learn_sigma, c.objective};
     const int64_t want[] = {
         run->hidden_size, run->depth,       run->num_heads,  run->patch_size,
         run->in_channels, run->num_classes, run->input_size, (int64_t)tr->opts.seed,

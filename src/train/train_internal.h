@@ -21,8 +21,8 @@ struct train_trainer {
     uint64_t *batch_idx;                               /* [batch] */
     float *x0, *noise, *x_t, *target, *out, *dout, *t; /* [micro_batch, ...] */
     int *y;
-    struct dit_diffusion *diffusion; /* objective ddpm: the process (NULL: rectified flow) */
-    int *tk;                         /* objective ddpm: each sample's diffusion step */
+    struct dit_diffusion *diffusion;        /* objective ddpm: the process (NULL: rectified flow) */
+    int *tk;                                /* objective ddpm: each sample's diffusion step */
     train_codec_t *codec;                   /* NULL: exact f32 all-reduce */
     float loss_hist[TRAIN_LOSS_HISTORY][2]; /* (step, loss) of the last steps, a ring */
     int64_t loss_count;                     /* losses recorded since the start of training */

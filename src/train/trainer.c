@@ -463,13 +463,15 @@ static void trainer_sync_header(const train_trainer_t *tr, trainer_sync_hdr_t *h
     const int64_t ints[] = {c->patch_size,  c->in_channels,      c->hidden_size,  c->depth,
                             c->num_heads,   c->num_classes,      tr->resolution,  o->batch,
                             o->warmup,      o->allreduce_round,  o->allreduce_ef, (int64_t)o->seed,
-                            (int64_t)tr->sampler.n, c->learn_sigma,   (int64_t)c->objective};
+                            (int64_t)tr->sampler.n};
+    const int64_t kind[] = {c->learn_sigma, (int64_t)c->objective}; /* what the output means */
     const double reals[] = {
         c->mlp_ratio, c->class_dropout_prob, o->lr,         o->weight_decay, o->clip,
         o->ema_decay, o->allreduce_bits,     tr->opt.beta1, tr->opt.beta2,   tr->opt.eps};
     const char *codec = tr->codec ? o->allreduce : "f32";
     uint64_t run = sync_hash(0xcbf29ce484222325ull, ints, sizeof(ints));
     run = sync_hash(run, reals, sizeof(reals));
+    run = sync_hash(run, kind, sizeof(kind));
     h->run = sync_hash(run, codec, strlen(codec));
     h->step = tr->step, h->loss_count = tr->loss_count, h->adamw_step = tr->opt.step;
     train_sampler_cursor(&tr->sampler, &h->epoch, &h->pos);

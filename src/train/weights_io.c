@@ -29,14 +29,13 @@ ckpt_tensor_t *train_tensors_of(const dit_model_t *m, float *base)
 
 char *train_config_json(const dit_config_t *c)
 {
-    json_t *j = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:i, s:f, s:b, s:f, s:s}",
-                          "name", c->name, "input_size", c->input_size, "patch_size",
-                          c->patch_size, "in_channels", c->in_channels, "hidden_size",
-                          c->hidden_size, "depth", c->depth, "num_heads", c->num_heads,
-                          "mlp_ratio", c->mlp_ratio, "num_classes", c->num_classes,
-                          "class_dropout_prob", c->class_dropout_prob, "learn_sigma",
-                          c->learn_sigma != 0, "t_scale", (double)DIT_T_SCALE, "objective",
-                          dit_objective_name(c->objective));
+    json_t *j =
+        json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:i, s:f, s:b, s:f, s:s}", "name",
+                  c->name, "input_size", c->input_size, "patch_size", c->patch_size, "in_channels",
+                  c->in_channels, "hidden_size", c->hidden_size, "depth", c->depth, "num_heads",
+                  c->num_heads, "mlp_ratio", c->mlp_ratio, "num_classes", c->num_classes,
+                  "class_dropout_prob", c->class_dropout_prob, "learn_sigma", c->learn_sigma != 0,
+                  "t_scale", (double)DIT_T_SCALE, "objective", dit_objective_name(c->objective));
     char *s = j ? json_dumps(j, JSON_SORT_KEYS | JSON_COMPACT) : NULL;
     json_decref(j);
     return s;

@@ -119,8 +119,8 @@ int main(int argc, char **argv)
         float *out = malloc(n * po * sizeof(float)), *out2 = malloc(n * po * sizeof(float));
         int side = h > w ? h : w;
         if (x && t && y && out && out2 && dit_model_create(&c, n, side, &m) == TDL_OK &&
-            dit_model_create_inference(&c, n, side, NULL, &inf) == TDL_OK && !load_weights(m, dir) &&
-            !load_weights(inf, dir)) {
+            dit_model_create_inference(&c, n, side, NULL, &inf) == TDL_OK &&
+            !load_weights(m, dir) && !load_weights(inf, dir)) {
             if (dit_model_forward(m, x, t, y, n, h, w, out) != TDL_OK ||
                 dit_model_forward(inf, x, t, y, n, h, w, out2) != TDL_OK)
                 rc = fail("forward");

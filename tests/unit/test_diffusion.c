@@ -58,8 +58,7 @@ static void test_respacing(void)
     ok(kept[0] == 0 && kept[1] == 4 && kept[2] == 8 && kept[3] == 12 && kept[125] == 502 &&
            kept[249] == 999,
        "0, 4, 8, 12, ..., 502 (step 125), ..., 999 as the reference's space_timesteps");
-    ok(dit_diffusion_space_timesteps(1000, 10, kept) == TDL_OK && kept[1] == 111 &&
-           kept[9] == 999,
+    ok(dit_diffusion_space_timesteps(1000, 10, kept) == TDL_OK && kept[1] == 111 && kept[9] == 999,
        "10 steps: a stride of 111");
     ok(dit_diffusion_space_timesteps(1000, 1001, kept) == TDL_ERR_INVALID_ARG &&
            strstr(tdl_error_get(), "1001"),
@@ -71,8 +70,8 @@ static void test_respacing(void)
         return;
     double worst = 0;
     for (int k = 0; k < 250; k++)
-        worst = fmax(worst, fabs(d->alphas_cumprod[k] / base->alphas_cumprod[d->timestep_map[k]] -
-                                 1));
+        worst =
+            fmax(worst, fabs(d->alphas_cumprod[k] / base->alphas_cumprod[d->timestep_map[k]] - 1));
     ok(worst < 1e-12, "respaced alphas_cumprod are the base's at the kept steps (%.2g)", worst);
     ok(d->betas[1] > 3 * base->betas[4] && d->timestep_map[249] == 999,
        "respaced betas span their strides; the map ends at 999");
@@ -104,8 +103,8 @@ static void test_steps(void)
     dit_diffusion_step(d, DIT_SAMPLER_DDIM, k, x, out, NULL, 1, 1, N, nx);
     double worst = 0;
     for (int i = 0; i < N; i++) {
-        double want = sqrt(d->alphas_cumprod_prev[k]) * x0[i] +
-                      sqrt(1 - d->alphas_cumprod_prev[k]) * e[i];
+        double want =
+            sqrt(d->alphas_cumprod_prev[k]) * x0[i] + sqrt(1 - d->alphas_cumprod_prev[k]) * e[i];
         worst = fmax(worst, fabs(nx[i] - want));
     }
     ok(worst < 1e-5, "DDIM with the true noise: x_{k-1} = q_sample(x0, k - 1, e) (%.2g)", worst);
@@ -126,8 +125,8 @@ static void test_steps(void)
         out[N + i] = -1.0f;
     dit_diffusion_step(d, DIT_SAMPLER_DDPM, k, x, out, z, 1, 1, N, lo);
     double r = hi[5] - lo[5]; /* both are the same mean + sigma z */
-    double want = (exp(0.5 * d->log_betas[k]) -
-                   exp(0.5 * d->posterior_log_variance_clipped[k])) * z[5];
+    double want =
+        (exp(0.5 * d->log_betas[k]) - exp(0.5 * d->posterior_log_variance_clipped[k])) * z[5];
     is_near(r, want, 1e-5, "learned range: v = 1 gives sigma^2 = beta, v = -1 the posterior's");
     dit_diffusion_free(d);
 }
@@ -182,7 +181,8 @@ static void test_loss_gradient(void)
                 if (half)
                     worst_v = fmax(worst_v, err);
                 else
-                    worst_eps = fmax(worst_eps, err), vb_eps = fmax(vb_eps, fabs(vp - vm) / (2 * h));
+                    worst_eps = fmax(worst_eps, err),
+                    vb_eps = fmax(vb_eps, fabs(vp - vm) / (2 * h));
             }
     ok(worst_eps < 1e-2, "d/d eps is the mse's: central differences (worst rel. error %.2g)",
        worst_eps);
