@@ -2,8 +2,9 @@
 # tidal train --objective ddpm and tidal generate --sampler ddpm|ddim from the command line: the
 # tiny DiT with learn_sigma trains to a finite loss that falls over a short run, its weights file
 # says its objective and learn_sigma, both samplers write a PNG, a sampler of the other objective
-# and a bad --steps are refused with exit 2 naming the mismatch before any weights are read, a
-# resume with another objective is refused, and a rectified-flow run is what it was.
+# and a bad --steps are refused with exit 2 naming the mismatch before any weights are read,
+# serving refuses the model (its steps are rectified flow on C channels), a resume with another
+# objective is refused, and a rectified-flow run is what it was.
 . "${TIDAL_BUILDDIR:-.}/tests/env.sh"
 dir=`mktemp -d`
 trap 'rm -rf "$dir"' EXIT
@@ -51,6 +52,11 @@ err=`"$TIDAL" generate --ckpt "$dir/d/model.h5" --steps 1001 -o "$dir/x.png" 2>&
 case "$rc $err" in "2 "*"--steps 1001"*"1000"*) ok "--steps 1001 of a ddpm model: exit 2";;
     *) not_ok "steps 1001: rc=$rc $err";; esac
 
+err=`timeout 60 "$TIDAL" serve --ckpt "$dir/d/model.h5" --listen 127.0.0.1:0 2>&1`; rc=$?
+case "$rc $err" in "1 "*"objective ddpm, learn_sigma 1"*"serving steps rectified flow"*)
+    ok "tidal serve refuses a ddpm model with learn_sigma, saying why";;
+    *) not_ok "serve a ddpm model: rc=$rc $err";; esac
+
 out=`"$TIDAL" train $args --steps 2 --out "$dir/r" 2>&1`; rc=$?
 check "a rectified-flow run beside it exits 0 (rc=$rc)" [ $rc = 0 ]
 case $out in *"objective"*) not_ok "rf prints no objective line: $out";;
@@ -58,6 +64,37 @@ case $out in *"objective"*) not_ok "rf prints no objective line: $out";;
 err=`"$TIDAL" generate --ckpt "$dir/r/model.h5" --sampler ddim -o "$dir/x.png" 2>&1`; rc=$?
 case "$rc $err" in "2 "*"sampler ddim"*"objective rf"*"euler or heun"*)
     ok "ddim on a rectified-flow model: exit 2, naming both";; *) not_ok "ddim on rf: rc=$rc $err";; esac
+# rectified flow with learn_sigma (the reference configurations' default): the loss reads the
+# first C channels, so the variance rows of the zero-initialized output layer get no gradient
+out=`"$TIDAL" train $args --steps 3 --learn-sigma on --out "$dir/rs" 2>&1`; rc=$?
+check "rf with --learn-sigma on trains (rc=$rc)" [ $rc = 0 ]
+check "and samples with heun" "$TIDAL" generate --ckpt "$dir/rs/model.h5" --n 2 --steps 2 \
+    -o "$dir/rs.png"
+if /usr/bin/python3 -c 'import h5py' 2>/dev/null; then
+    z=`/usr/bin/python3 -c 'import sys, h5py, numpy as np
+w = np.asarray(h5py.File(sys.argv[1], "r")["model/final_layer.linear.weight"])
+print(int(np.all(w[1::2] == 0)), int(np.any(w[0::2] != 0)))' "$dir/rs/model.h5" 2>&1`
+    check "rf, learn_sigma: the variance rows stay 0, the velocity rows trained ($z)" [ "$z" = "1 1" ]
+fi
+
+# a file from before learn_sigma and the objective were stored: off, and rectified flow
+if /usr/bin/python3 -c 'import h5py' 2>/dev/null; then
+    for m in r d; do
+        cp "$dir/$m/model.h5" "$dir/old-$m.h5"
+        /usr/bin/python3 -c 'import sys, h5py
+f = h5py.File(sys.argv[1], "r+"); del f.attrs["objective"]; del f.attrs["learn_sigma"]' \
+            "$dir/old-$m.h5"
+    done
+    info=`"$TIDAL" ckpt info "$dir/old-r.h5" 2>&1`
+    case $info in *"objective    rf, learn_sigma off (1 output channels)"*)
+        ok "a file without the attributes reads as rf, learn_sigma off";; *) not_ok "old: $info";; esac
+    check "and samples with heun" "$TIDAL" generate --ckpt "$dir/old-r.h5" --n 2 --steps 2 \
+        -o "$dir/old.png"
+    err=`"$TIDAL" ckpt verify "$dir/old-d.h5" 2>&1`; rc=$?
+    case "$rc $err" in "1 "*"final_layer.linear.weight has shape [8, 32], expected [4, 32]"*)
+        ok "a learn_sigma model stripped of its attribute: refused by the output layer's shape";;
+        *) not_ok "stripped learn_sigma: rc=$rc $err";; esac
+fi
 err=`"$TIDAL" train $args --steps 4 --objective ddpm --out "$dir/r" 2>&1`; rc=$?
 case "$rc $err" in "1 "*"objective = rf, this run has ddpm"*) ok "resuming an rf run as ddpm: refused";;
     *) not_ok "resume across objectives: rc=$rc $err";; esac

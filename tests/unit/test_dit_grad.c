@@ -277,6 +277,9 @@ static void test_configs(void)
     dit_config_named("DiT-S/2", &c);
     ok(c.learn_sigma == 1 && dit_config_out_channels(&c) == 8,
        "DiT-S/2 learns sigma as the reference's: 8 output channels");
+    ok(dit_config_set_int(&c, "learn_sigma", 2) == TDL_ERR_INVALID_ARG &&
+           strstr(tdl_error_get(), "learn_sigma = 2") && c.learn_sigma == 1,
+       "learn_sigma 2 refused, named: %s", tdl_error_get());
     dit_model_t *m;
     c.learn_sigma = 0; /* the count below; learn_sigma's final layer is checked after it */
     if (dit_model_create(&c, 1, 32, &m) == TDL_OK) {
