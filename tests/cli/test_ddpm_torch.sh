@@ -303,6 +303,8 @@ forward() {
     [ $rc = 0 ] || sed 's/^/# /' "$sub/err"
     out=`pyref cmp-forward "$1" 1 "$sub" "$2" "$3" "$4"`; rc=$?
     check "$tag: within 1e-4 of PyTorch ($out)" [ $rc = 0 ]
+    check "$tag: the inference model's output is the training model's, byte for byte" \
+        cmp -s "$sub/out.bin" "$sub/out_sp.bin"
 }
 forward 1 4 8 8
 forward 4 3 8 8
