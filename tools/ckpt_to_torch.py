@@ -4,8 +4,8 @@
     /usr/bin/python3 tools/ckpt_to_torch.py FILE [--group model|ema] [--out state_dict.pt] [--check]
 
 Reads the model configuration from FILE's root attributes (hidden_size, depth, num_heads,
-patch_size, in_channels, num_classes, input_size, mlp_ratio, class_dropout_prob, learn_sigma,
-t_scale; doc/checkpoint.md), builds the reference DiT of tests/reference/make_dit_reference.py
+patch_size, in_channels, num_classes, input_size, mlp_ratio, class_dropout_prob, learn_sigma
+(the reference's 2C output channels), t_scale, objective; doc/checkpoint.md), builds the reference DiT of tests/reference/make_dit_reference.py
 (facebookresearch/DiT's module names, so its state_dict names are the file's dataset names),
 loads /<group> with load_state_dict(strict=True) and runs one forward pass on a fixed random
 input (seeded), printing the output's shape, mean and std. --out saves the state_dict with
@@ -77,6 +77,7 @@ def read_config(f, path):
     cfg['class_dropout_prob'] = float(attrs.get('class_dropout_prob', 0.1))
     cfg['learn_sigma'] = bool(int(attrs.get('learn_sigma', 0)))
     cfg['t_scale'] = float(attrs.get('t_scale', 1000.0))
+    cfg['objective'] = str(attrs.get('objective', 'rf'))  # ddpm: the output's first C are noise
     if min(cfg[k] for k in required) < 1 or cfg['hidden_size'] % cfg['num_heads'] or \
             cfg['input_size'] % cfg['patch_size']:
         raise Fail('%s: the configuration does not describe a DiT: %s' % (path, cfg))
@@ -173,10 +174,10 @@ def main(argv):
                    (path, args.group, ' '.join(str(e).split())))
     nparams = sum(v.size for v in tensors.values())
     print('%s: %s, step %s: hidden_size %d, depth %d, num_heads %d, patch_size %d, '
-          'in_channels %d, num_classes %d, input_size %d' %
+          'in_channels %d, num_classes %d, input_size %d, learn_sigma %d, objective %s' %
           (path, attrs.get('model', 'DiT'), attrs.get('step', '?'), cfg['hidden_size'],
            cfg['depth'], cfg['num_heads'], cfg['patch_size'], cfg['in_channels'],
-           cfg['num_classes'], cfg['input_size']))
+           cfg['num_classes'], cfg['input_size'], cfg['learn_sigma'], cfg['objective']))
     print('loaded %d tensors (%d parameters) from /%s into the reference DiT (strict)' %
           (len(tensors), nparams, args.group))
 

@@ -4,8 +4,10 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli/cli.h"
+#include "dit/diffusion.h"
 #include "serve/serve.h"
 #include "train/train.h"
 
@@ -15,11 +17,16 @@ static const tdl_param_def_t generate_params[] = {
      "class label of every image, 0 to the model's classes - 1 (-1: cycle through the classes)",
      NULL, -1, 1e6},
     {"n", TDL_PARAM_INT, "16", "number of images", NULL, 1, 4096},
-    {"steps", TDL_PARAM_INT, "50", "sampler steps", NULL, 1, 10000},
+    {"steps", TDL_PARAM_INT, "50",
+     "sampler steps (ddpm, ddim: the 1000 diffusion steps respaced to this many, at most 1000)",
+     NULL, 1, 10000},
     {"cfg", TDL_PARAM_DOUBLE, "4.0", "classifier-free guidance scale (1: none)", NULL, 0, 100},
     {"seed", TDL_PARAM_INT, "1", "noise seed: the same seed gives the same images", NULL, 0,
      9.2e18},
-    {"sampler", TDL_PARAM_ENUM, "heun", "ODE integrator", "euler|heun", 1, 0},
+    {"sampler", TDL_PARAM_ENUM, "auto",
+     "euler or heun (ODE integrators) for a model trained with --objective rf, ddpm (ancestral) "
+     "or ddim (eta 0) for one trained with --objective ddpm; auto: heun, or ddpm",
+     "auto|euler|heun|ddpm|ddim", 1, 0},
     {"weights", TDL_PARAM_ENUM, "ema", "which weights of the file", "ema|model", 1, 0},
     {"resolution", TDL_PARAM_INT, "0", "image side (0: the training resolution)", NULL, 0, 4096},
     {"output", TDL_PARAM_STRING, "grid.png", "PNG grid to write (also -o)", NULL, 1, 0},
@@ -38,7 +45,7 @@ static int generate_run(tdl_params_t *params, int npos, char **pos)
     dit_sample_opts_t o = {.steps = (int)tdl_param_int(params, "steps"),
                            .cfg_scale = (float)tdl_param_double(params, "cfg"),
                            .seed = (uint64_t)tdl_param_int(params, "seed")};
-    dit_sampler_parse(tdl_param_str(params, "sampler"), &o.kind);
+    const char *sampler = tdl_param_str(params, "sampler");
     int res = (int)tdl_param_int(params, "resolution");
     const char *output = tdl_param_str(params, "output");
     int batch = TDL_MIN(2 * n, 64);
@@ -56,6 +63,15 @@ static int generate_run(tdl_params_t *params, int npos, char **pos)
         if (dit_config_check(&at) != TDL_OK)
             return cli_usage_error("--resolution %d: %s", res, tdl_error_get());
     }
+    if (!strcmp(sampler, "auto"))
+        sampler = cfg.objective == DIT_OBJECTIVE_DDPM ? "ddpm" : "heun";
+    dit_sampler_parse(sampler, &o.kind);
+    if (dit_sampler_check(o.kind, cfg.objective) != TDL_OK)
+        return cli_usage_error("--sampler %s: %s (%s)", sampler, tdl_error_get(), ckpt);
+    if (cfg.objective == DIT_OBJECTIVE_DDPM && o.steps > DIT_DIFFUSION_STEPS)
+        return cli_usage_error("--steps %d: a ddpm model's %d diffusion steps can be respaced to "
+                               "1 to %d steps",
+                               o.steps, DIT_DIFFUSION_STEPS, DIT_DIFFUSION_STEPS);
     if (label >= cfg.num_classes)
         return cli_usage_error("--class %d is outside -1 to %d: %s (%s) has %d classes, 0 to %d "
                                "(-1 cycles through them)",
@@ -93,8 +109,8 @@ static int generate_run(tdl_params_t *params, int npos, char **pos)
     if (st == TDL_OK) {
         printf("tidal generate: %d images of %dx%d (%s, %d %s steps, cfg %.1f, seed %llu) in "
                "%.1f s -> %s\n",
-               n, res, res, c->name, o.steps, tdl_param_str(params, "sampler"), o.cfg_scale,
-               (unsigned long long)o.seed, tdl_clock_s() - t0, output);
+               n, res, res, c->name, o.steps, sampler, o.cfg_scale, (unsigned long long)o.seed,
+               tdl_clock_s() - t0, output);
         rc = CLI_EXIT_OK;
     } else {
         fprintf(stderr, "tidal: generate: %s\n", tdl_error_get());
@@ -109,7 +125,7 @@ const cli_command_t cli_cmd_generate = {
     .name = "generate",
     .summary = "sample images from a weights file into a PNG grid",
     .usage = "tidal generate --ckpt FILE [--class K] [--n 16] [--steps 50] [--cfg 4] [--seed 1] "
-             "[-o grid.png]",
+             "[--sampler auto|euler|heun|ddpm|ddim] [-o grid.png]",
     .params = generate_params,
     .nparams = TDL_ARRAY_SIZE(generate_params),
     .run = generate_run,

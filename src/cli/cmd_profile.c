@@ -71,7 +71,8 @@ static double time_stage(const dit_model_t *m, gfc_group_t *g, coord_cost_stage_
     double t[1000] = {0}, worst = 0;
     if (g) {
         size_t n = (size_t)m->config.in_channels * side * side;
-        float *x = calloc(n, sizeof(float)), *out = calloc(n, sizeof(float));
+        size_t nout = n / m->config.in_channels * dit_config_out_channels(&m->config);
+        float *x = calloc(n, sizeof(float)), *out = calloc(nout, sizeof(float));
         float tt = 0.5f;
         int y = 0;
         dit_sp_comm_t comm;

@@ -131,6 +131,8 @@ static tdl_status_t serving_model(tdl_params_t *params, const cli_colocate_t *ru
     dit_config_t cfg;
     st = dit_config_named(run->worker.train.model, &cfg);
     if (st == TDL_OK)
+        st = train_config_servable(&cfg);
+    if (st == TDL_OK)
         st = dit_model_create_inference(&cfg, max_batch, max_res, be, out);
     else
         dit_backend_close(be);

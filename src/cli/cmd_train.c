@@ -20,6 +20,15 @@
 #include "train/train.h"
 
 static const tdl_param_def_t train_params[] = {
+    {"objective", TDL_PARAM_ENUM, "rf",
+     "what the network learns: rf (rectified flow, the velocity; sample with euler or heun) or "
+     "ddpm (the reference DiT's Gaussian diffusion: the noise, and its variance with learn_sigma; "
+     "sample with ddpm or ddim)",
+     "rf|ddpm", 1, 0},
+    {"learn-sigma", TDL_PARAM_ENUM, "model",
+     "whether the output's second half learns the variance: model (the configuration's: on for "
+     "DiT-S/2 ... DiT-XL/8, off for tiny and fmnist), on, off",
+     "model|on|off", 1, 0},
     {"steps", TDL_PARAM_INT, "1500", "optimizer steps", NULL, 0, 1e12},
     {"batch", TDL_PARAM_INT, "64", "global batch (images per step, whatever the rank count)", NULL,
      1, 1 << 20},
@@ -87,6 +96,9 @@ static int train_run(tdl_params_t *params, int npos, char **pos)
     int rc0 = cli_train_opts(params, "steps", &o);
     if (rc0 != CLI_EXIT_OK)
         return rc0;
+    dit_objective_parse(tdl_param_str(params, "objective"), &o.objective);
+    const char *sigma = tdl_param_str(params, "learn-sigma");
+    o.learn_sigma = !strcmp(sigma, "on") ? 1 : !strcmp(sigma, "off") ? -1 : 0;
     o.dump_grads = tdl_param_str(params, "dump-grads");
     o.dump_every = tdl_param_int(params, "dump-grads-every");
     const char *out_dir = tdl_param_str(params, "out");
@@ -145,8 +157,10 @@ static int train_run(tdl_params_t *params, int npos, char **pos)
 
 const cli_command_t cli_cmd_train = {
     .name = "train",
-    .summary = "train a DiT (rectified flow), alone or data-parallel under mpirun",
-    .usage = "[mpirun -np N] tidal train [--model fmnist] [--steps N] [--batch B] [--out DIR]",
+    .summary = "train a DiT (rectified flow or Gaussian diffusion), alone or data-parallel under "
+               "mpirun",
+    .usage = "[mpirun -np N] tidal train [--model fmnist] [--objective rf|ddpm] [--steps N] "
+             "[--batch B] [--out DIR]",
     .params = train_params,
     .nparams = TDL_ARRAY_SIZE(train_params),
     .shared = {cli_train_params},

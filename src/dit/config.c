@@ -27,6 +27,28 @@ int dit_config_mlp_hidden(const dit_config_t *config)
     return (int)(config->hidden_size * config->mlp_ratio);
 }
 
+int dit_config_out_channels(const dit_config_t *config)
+{
+    return config->learn_sigma ? 2 * config->in_channels : config->in_channels;
+}
+
+const char *dit_objective_name(dit_objective_t objective)
+{
+    return objective == DIT_OBJECTIVE_DDPM ? "ddpm" : "rf";
+}
+
+tdl_status_t dit_objective_parse(const char *name, dit_objective_t *objective_out)
+{
+    if (!strcmp(name, "rf") || !strcmp(name, "ddpm")) {
+        *objective_out = !strcmp(name, "rf") ? DIT_OBJECTIVE_RF : DIT_OBJECTIVE_DDPM;
+        return TDL_OK;
+    }
+    return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                           "unknown objective '%s': use rf (rectified flow) or ddpm (Gaussian "
+                           "diffusion)",
+                           name);
+}
+
 static void config_set(dit_config_t *c, const char *name, int input, int patch, int channels,
                        int hidden, int depth, int heads, int classes)
 {
@@ -68,6 +90,7 @@ tdl_status_t dit_config_named(const char *name, dit_config_t *config_out)
         snprintf(full, sizeof(full), "DiT-%s/%d", size->name, patch);
         /* The reference's latent-space defaults: 32x32x4 latents, 1000 classes. */
         config_set(&c, full, 32, patch, 4, size->hidden, size->depth, size->heads, 1000);
+        c.learn_sigma = 1; /* the reference's default: the output's second half is the variance */
     }
     *config_out = c;
     return TDL_OK;
@@ -91,6 +114,7 @@ static const dit_int_field_t int_fields[] = {
     {"depth", offsetof(dit_config_t, depth), 1, 1024},
     {"num_heads", offsetof(dit_config_t, num_heads), 1, 1024},
     {"num_classes", offsetof(dit_config_t, num_classes), 1, 1000000},
+    {"learn_sigma", offsetof(dit_config_t, learn_sigma), 0, 1},
 };
 
 #define DIT_MLP_RATIO_MAX 64.0
@@ -136,9 +160,10 @@ static double config_params(const dit_config_t *c)
 {
     double d = c->hidden_size, mh = dit_config_mlp_hidden(c);
     double pd = (double)c->patch_size * c->patch_size * c->in_channels;
+    double po = (double)c->patch_size * c->patch_size * dit_config_out_channels(c);
     double embed = d * pd + d + d * DIT_FREQ_DIM + d + d * d + d + (c->num_classes + 1.0) * d;
     double block = 3 * d * d + 3 * d + d * d + d + 2 * mh * d + mh + d + 6 * d * d + 6 * d;
-    return embed + c->depth * block + pd * d + pd + 2 * d * d + 2 * d;
+    return embed + c->depth * block + po * d + po + 2 * d * d + 2 * d;
 }
 
 tdl_status_t dit_config_check(const dit_config_t *c)
@@ -152,6 +177,11 @@ tdl_status_t dit_config_check(const dit_config_t *c)
                                    "tidal's DiT supports",
                                    c->name, f->field, v, f->min, f->max);
     }
+    if (c->objective != DIT_OBJECTIVE_RF && c->objective != DIT_OBJECTIVE_DDPM)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                               "DiT config '%s': objective %d is neither rf "
+                               "nor ddpm",
+                               c->name, (int)c->objective);
     dit_config_t copy = *c;
     tdl_status_t st = dit_config_set_double(&copy, "mlp_ratio", c->mlp_ratio);
     if (st == TDL_OK)

@@ -1,8 +1,10 @@
 /* dit: the Diffusion Transformer of Peebles & Xie (facebookresearch/DiT models.py), in C.
  * Parameter names and layouts are exactly the reference's PyTorch state_dict, stored in one
- * contiguous array (so gradients all-reduce in one call). learn_sigma is off; the objective is
- * rectified flow (x_t = (1 - t) x0 + t e, the network predicts e - x0), and the timestep
- * embedder sees t * 1000. */
+ * contiguous array (so gradients all-reduce in one call). With learn_sigma the output has 2C
+ * channels (the reference's noise and variance halves). Two objectives: rectified flow
+ * (x_t = (1 - t) x0 + t e, the network predicts e - x0) and the reference's Gaussian diffusion
+ * (src/dit/diffusion.h: it predicts the noise, and with learn_sigma its variance). The timestep
+ * embedder sees t * 1000: rectified flow's t in [0, 1], or a diffusion step k as t = k / 1000. */
 #ifndef TIDAL_DIT_H
 #define TIDAL_DIT_H
 
@@ -15,6 +17,12 @@
 #define DIT_FREQ_DIM 256     /* timestep embedding frequencies */
 #define DIT_T_SCALE 1000.0f  /* t in [0, 1] is embedded as t * 1000 */
 
+/* What the network is trained to predict (the attribute "objective" of a weights file). */
+typedef enum {
+    DIT_OBJECTIVE_RF = 0, /* rectified flow: the velocity noise - x0 */
+    DIT_OBJECTIVE_DDPM,   /* Gaussian diffusion (diffusion.h): the noise, and the variance */
+} dit_objective_t;
+
 typedef struct dit_config {
     char name[32];
     int input_size;   /* the training resolution (other grids work too) */
@@ -26,9 +34,12 @@ typedef struct dit_config {
     double mlp_ratio;
     int num_classes;  /* the label table has one more row: the null class */
     double class_dropout_prob;
+    int learn_sigma; /* 1: the output has 2C channels, noise then variance (the reference's) */
+    dit_objective_t objective;
 } dit_config_t;
 
-/* "tiny", "fmnist", and the reference's "DiT-S/2" ... "DiT-XL/8" (also "S/2" ...). */
+/* "tiny", "fmnist", and the reference's "DiT-S/2" ... "DiT-XL/8" (also "S/2" ...); the
+ * reference's configurations learn sigma, as the reference does; tiny and fmnist do not. */
 tdl_status_t dit_config_named(const char *name, dit_config_t *config_out);
 /* Checks divisibility and ranges (every size within the limits tidal's DiT supports, the count
  * of parameters too); the error names the field. */
@@ -42,6 +53,11 @@ tdl_status_t dit_config_set_double(dit_config_t *config, const char *field, doub
 /* The names dit_config_named knows, for --help: "tiny|fmnist|DiT-S/2|..." */
 const char *dit_config_names(void);
 int dit_config_mlp_hidden(const dit_config_t *config);
+/* Channels of the model's output: in_channels, twice that with learn_sigma. */
+int dit_config_out_channels(const dit_config_t *config);
+/* "rf" or "ddpm" */
+const char *dit_objective_name(dit_objective_t objective);
+tdl_status_t dit_objective_parse(const char *name, dit_objective_t *objective_out);
 
 typedef struct dit_param_info {
     char name[64];     /* "blocks.3.attn.qkv.weight" */
@@ -138,8 +154,9 @@ void dit_model_init_weights(dit_model_t *model, uint64_t seed);
 const dit_param_info_t *dit_model_param(const dit_model_t *model, const char *name);
 void dit_model_zero_grad(dit_model_t *model);
 
-/* out[B,C,H,W] = model(x[B,C,H,W], t[B], y[B]); y == num_classes is the null class. H and W are
- * multiples of the patch size; the position embedding follows the grid. Keeps activations. */
+/* out[B,C',H,W] = model(x[B,C,H,W], t[B], y[B]), C' = dit_config_out_channels (2C with
+ * learn_sigma); y == num_classes is the null class. H and W are multiples of the patch size; the
+ * position embedding follows the grid. Keeps activations. */
 tdl_status_t dit_model_forward(dit_model_t *model, const float *x, const float *t, const int *y,
                                int batch, int height, int width, float *out);
 /* Adds d(loss)/d(params) to model->grads, given d(loss)/d(out) of the last forward. */
@@ -173,20 +190,34 @@ void dit_rf_interpolate(const float *x0, const float *noise, const float *t, int
                         size_t per_sample, float *x_t, float *target);
 /* Mean squared error over n values; dout (may be NULL) gets its gradient. */
 double dit_mse_loss(const float *out, const float *target, size_t n, float *dout);
-
+/* The same over the first `per` values of each of batch samples of stride `stride` (the noise
+ * half of a learn_sigma output); dout's other values are set to 0. */
+double dit_mse_loss_strided(const float *out, const float *target, int batch, size_t per,
+                            size_t stride, float *dout);
 
 /* ---- sampling ----------------------------------------------------------------------------- */
 
-typedef enum { DIT_SAMPLER_EULER = 0, DIT_SAMPLER_HEUN } dit_sampler_kind_t;
+/* Euler and Heun integrate a rectified-flow model; DDPM (ancestral) and DDIM (eta 0) step a
+ * Gaussian-diffusion model (diffusion.h), its 1000 steps respaced to `steps`. */
+typedef enum {
+    DIT_SAMPLER_EULER = 0,
+    DIT_SAMPLER_HEUN,
+    DIT_SAMPLER_DDPM,
+    DIT_SAMPLER_DDIM
+} dit_sampler_kind_t;
 
 typedef struct dit_sample_opts {
     dit_sampler_kind_t kind;
-    int steps;          /* integration steps from t = 1 (noise) to t = 0 (data) */
+    int steps;          /* integration steps from t = 1 (noise) to t = 0 (data); DDPM/DDIM: the
+                         * respaced count */
     float cfg_scale;    /* 1: no guidance; v = v_uncond + s (v_cond - v_uncond) */
     uint64_t seed;      /* image i's noise is stream i of this seed */
 } dit_sample_opts_t;
 
 tdl_status_t dit_sampler_parse(const char *name, dit_sampler_kind_t *kind_out);
+const char *dit_sampler_name(dit_sampler_kind_t kind);
+/* Whether sampler `kind` can sample a model trained with `objective`; the error names both. */
+tdl_status_t dit_sampler_check(dit_sampler_kind_t kind, dit_objective_t objective);
 /* One integration step of the rectified-flow ODE dx/dt = v(x, t) from t_from down to t_to, in
  * place on x[n, C, H, W]. labels[i] == num_classes (or < 0) is unconditional. Runs the model on
  * batches of up to max_batch (conditional and unconditional halves together when guided). */

@@ -32,7 +32,7 @@ static void params_layout(dit_model_t *m)
 {
     const dit_config_t *c = &m->config;
     int d = c->hidden_size, mh = dit_config_mlp_hidden(c), p = c->patch_size;
-    int pd = p * p * c->in_channels;
+    int pd = p * p * dit_config_out_channels(c); /* the output layer's rows */
     size_t off = 0;
     char n[64];
     m->ninfos = 0;
@@ -141,6 +141,7 @@ static void acts_plan(const dit_model_t *m, dit_acts_t *s, acts_alloc_t *a, int 
     const dit_config_t *c = &m->config;
     size_t d = (size_t)c->hidden_size, mh = (size_t)dit_config_mlp_hidden(c);
     size_t bt = (size_t)b * t, pd = (size_t)c->patch_size * c->patch_size * c->in_channels;
+    size_t po = (size_t)c->patch_size * c->patch_size * dit_config_out_channels(c);
     s->patches = take(a, bt * pd);
     s->pos = take(a, (size_t)t * d);
     s->x0 = take(a, bt * d);
@@ -164,14 +165,14 @@ static void acts_plan(const dit_model_t *m, dit_acts_t *s, acts_alloc_t *a, int 
     }
     s->modf = take(a, b * 2 * d);
     s->lnf = take(a, bt * d), s->lnf_mean = take(a, bt), s->lnf_rstd = take(a, bt);
-    s->mf = take(a, bt * d), s->tok = take(a, bt * pd);
+    s->mf = take(a, bt * d), s->tok = take(a, bt * po);
     if (!m->be->host_memory) {
-        s->x_dev = take(a, bt * pd), s->out_dev = take(a, bt * pd);
+        s->x_dev = take(a, bt * pd), s->out_dev = take(a, bt * po);
         s->y_dev = (int *)take(a, (size_t)b); /* an int is a float's size */
     }
     if (m->inference)
         return;
-    s->dtok = take(a, bt * pd), s->dmf = take(a, bt * d), s->dlnf = take(a, bt * d);
+    s->dtok = take(a, bt * po), s->dmf = take(a, bt * d), s->dlnf = take(a, bt * d);
     s->dx = take(a, bt * d), s->dx_in = take(a, bt * d), s->dmodf = take(a, b * 2 * d);
     s->dc_silu = take(a, b * d), s->dc = take(a, b * d), s->dt_act = take(a, b * d);
     s->dt_h = take(a, b * d);
@@ -181,7 +182,7 @@ static void acts_plan(const dit_model_t *m, dit_acts_t *s, acts_alloc_t *a, int 
     s->dm1 = take(a, bt * d), s->dln1 = take(a, bt * d), s->dmod = take(a, b * 6 * d);
     s->att_scratch = take(a, m->be->attention_scratch(b, t, c->num_heads));
     if (!m->be->host_memory)
-        s->dout_dev = take(a, bt * pd);
+        s->dout_dev = take(a, bt * po);
 }
 
 tdl_status_t dit_model_create(const dit_config_t *config, int max_batch, int max_resolution,
@@ -387,7 +388,8 @@ tdl_status_t dit_model_forward(dit_model_t *m, const float *x, const float *t, c
 {
     const dit_config_t *c = &m->config;
     int p = c->patch_size, d = c->hidden_size, mh = dit_config_mlp_hidden(c);
-    int pd = p * p * c->in_channels, nh = c->num_heads;
+    int pd = p * p * c->in_channels, nh = c->num_heads, co = dit_config_out_channels(c);
+    int po = p * p * co;
     if (b < 1 || b > m->max_batch || h % p || w % p || h < p || w < p ||
         (h / p) * (w / p) > m->max_tokens)
         return tdl_error_raise(TDL_ERR_INVALID_ARG,
@@ -470,10 +472,10 @@ tdl_status_t dit_model_forward(dit_model_t *m, const float *x, const float *t, c
     be->linear_forward(X, a->modf, a->c_silu, v->final_ada_w, v->final_ada_b, b, d, 2 * d, 1);
     be->layernorm_forward(X, a->lnf, a->lnf_mean, a->lnf_rstd, xin, bt, d);
     be->modulate_forward(X, a->mf, a->lnf, a->modf, a->modf + d, 2 * d, b, t_, d);
-    be->linear_forward(X, a->tok, a->mf, v->final_w, v->final_b, bt, d, pd, t_);
-    be->unpatchify(X, host ? out : a->out_dev, a->tok, b, c->in_channels, h, w, p);
+    be->linear_forward(X, a->tok, a->mf, v->final_w, v->final_b, bt, d, po, t_);
+    be->unpatchify(X, host ? out : a->out_dev, a->tok, b, co, h, w, p);
     if (!host)
-        be->download(X, out, a->out_dev, (size_t)bt * pd);
+        be->download(X, out, a->out_dev, (size_t)bt * po);
     return be->finish(X);
 }
 
@@ -489,7 +491,8 @@ tdl_status_t dit_model_backward(dit_model_t *m, const float *dout)
     if (b < 1)
         return tdl_error_raise(TDL_ERR_INVALID_ARG, "DiT backward: no forward pass to go back on");
     int p = c->patch_size, d = c->hidden_size, mh = dit_config_mlp_hidden(c);
-    int pd = p * p * c->in_channels, nh = c->num_heads;
+    int pd = p * p * c->in_channels, nh = c->num_heads, co = dit_config_out_channels(c);
+    int po = p * p * co;
     int t_ = m->grid_h * m->grid_w, bt = b * t_;
     int h = m->grid_h * p, w = m->grid_w * p;
     dit_acts_t *a = m->acts;
@@ -503,16 +506,15 @@ tdl_status_t dit_model_backward(dit_model_t *m, const float *dout)
     if (!host) {
         /* the device's gradient of this pass alone; added into the host's at the end */
         be->zero(X, m->dgrads, m->num_params);
-        be->upload(X, a->dout_dev, dout, (size_t)bt * pd);
+        be->upload(X, a->dout_dev, dout, (size_t)bt * po);
         grad_out = a->dout_dev;
     }
 
     /* final layer */
-    be->zero(X, a->dtok, (size_t)bt * pd);
-    be->unpatchify_backward(X, a->dtok, grad_out, b, c->in_channels, h, w, p);
+    be->zero(X, a->dtok, (size_t)bt * po);
+    be->unpatchify_backward(X, a->dtok, grad_out, b, co, h, w, p);
     be->zero(X, a->dmf, btd);
-    be->linear_backward(X, a->dmf, gv->final_w, gv->final_b, a->dtok, a->mf, v->final_w, bt, d,
-                        pd);
+    be->linear_backward(X, a->dmf, gv->final_w, gv->final_b, a->dtok, a->mf, v->final_w, bt, d, po);
     be->zero(X, a->dlnf, btd);
     be->zero(X, a->dmodf, (size_t)b * 2 * d);
     be->modulate_backward(X, a->dlnf, a->dmodf, a->dmodf + d, a->dmf, a->lnf, a->modf + d, 2 * d,
@@ -611,6 +613,26 @@ void dit_rf_interpolate(const float *x0, const float *noise, const float *t, int
             x_t[k] = (1.0f - t[s]) * x0[k] + t[s] * noise[k];
             target[k] = noise[k] - x0[k];
         }
+}
+
+double dit_mse_loss_strided(const float *out, const float *target, int batch, size_t per,
+                            size_t stride, float *dout)
+{
+    double sum = 0, n = (double)batch * (double)per;
+    for (int s = 0; s < batch; s++)
+        for (size_t i = 0; i < stride; i++) {
+            size_t k = (size_t)s * stride + i;
+            if (i >= per) {
+                if (dout)
+                    dout[k] = 0.0f;
+                continue;
+            }
+            double e = (double)out[k] - target[(size_t)s * per + i];
+            sum += e * e;
+            if (dout)
+                dout[k] = (float)(2.0 * e / n);
+        }
+    return sum / n;
 }
 
 double dit_mse_loss(const float *out, const float *target, size_t n, float *dout)

@@ -1,24 +1,46 @@
 /* Samplers for the rectified-flow DiT: x_1 is noise, x_0 data, and the network predicts the
  * velocity v = noise - x0 = dx/dt, so sampling integrates dx/dt = v from t = 1 down to t = 0 with
- * Euler or Heun steps, optionally with classifier-free guidance. */
+ * Euler or Heun steps, optionally with classifier-free guidance. A Gaussian-diffusion model's
+ * DDPM and DDIM trajectories are diffusion.c's. */
 #include "config.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "dit/diffusion.h"
 #include "dit/dit.h"
+
+static const char *const sampler_names[] = {"euler", "heun", "ddpm", "ddim"};
 
 tdl_status_t dit_sampler_parse(const char *name, dit_sampler_kind_t *kind_out)
 {
-    if (!strcmp(name, "euler")) {
-        *kind_out = DIT_SAMPLER_EULER;
+    for (size_t i = 0; i < TDL_ARRAY_SIZE(sampler_names); i++)
+        if (!strcmp(name, sampler_names[i])) {
+            *kind_out = (dit_sampler_kind_t)i;
+            return TDL_OK;
+        }
+    return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                           "unknown sampler '%s': use euler or heun (rectified flow), ddpm or ddim "
+                           "(Gaussian diffusion)",
+                           name);
+}
+
+const char *dit_sampler_name(dit_sampler_kind_t kind)
+{
+    return (unsigned)kind < TDL_ARRAY_SIZE(sampler_names) ? sampler_names[kind] : "?";
+}
+
+tdl_status_t dit_sampler_check(dit_sampler_kind_t kind, dit_objective_t objective)
+{
+    bool diffusion = kind == DIT_SAMPLER_DDPM || kind == DIT_SAMPLER_DDIM;
+    if (diffusion == (objective == DIT_OBJECTIVE_DDPM))
         return TDL_OK;
-    }
-    if (!strcmp(name, "heun")) {
-        *kind_out = DIT_SAMPLER_HEUN;
-        return TDL_OK;
-    }
-    return tdl_error_raise(TDL_ERR_INVALID_ARG, "unknown sampler '%s': use euler or heun", name);
+    return tdl_error_raise(
+        TDL_ERR_INVALID_ARG,
+        "sampler %s steps a %s model, and this one was trained with objective "
+        "%s: use %s",
+        dit_sampler_name(kind), diffusion ? "Gaussian-diffusion (ddpm)" : "rectified-flow (rf)",
+        dit_objective_name(objective), diffusion ? "euler or heun" : "ddpm or ddim");
 }
 
 void dit_sampler_noise(float *x, int n, size_t per_image, uint64_t seed, uint64_t first_index)
@@ -28,6 +50,15 @@ void dit_sampler_noise(float *x, int n, size_t per_image, uint64_t seed, uint64_
         tdl_rng_init(&rng, seed, first_index + (uint64_t)i);
         tdl_rng_fill_normal(&rng, x + (size_t)i * per_image, per_image);
     }
+}
+
+/* A learn_sigma model's rows hold the velocity, then what a Gaussian diffusion would read as
+ * the variance: the velocity's rows packed to the front of out. */
+static void velocity_rows(const dit_model_t *m, float *out, int rows, size_t per)
+{
+    size_t stride = per / m->config.in_channels * dit_config_out_channels(&m->config);
+    for (int r = 1; stride != per && r < rows; r++)
+        memmove(out + (size_t)r * per, out + (size_t)r * stride, per * sizeof(float));
 }
 
 /* v[n] = velocity at (x, t), guided: conditional and unconditional rows run in one batch. */
@@ -59,6 +90,7 @@ static tdl_status_t sampler_velocity(dit_model_t *m, const float *x, const int *
         tdl_status_t st = dit_model_forward(m, xin, tt, yy, rows, h, w, vout);
         if (st != TDL_OK)
             return st;
+        velocity_rows(m, vout, rows, per);
         float *dst = v + (size_t)first * per;
         for (size_t i = 0; i < (size_t)k * per; i++)
             dst[i] = guided ? vout[(size_t)k * per + i] +
@@ -71,8 +103,16 @@ static tdl_status_t sampler_velocity(dit_model_t *m, const float *x, const int *
 tdl_status_t dit_sampler_step(dit_model_t *m, float *x, const int *labels, int n, int h, int w,
                               float t_from, float t_to, dit_sampler_kind_t kind, float cfg)
 {
+    tdl_status_t check = dit_sampler_check(kind, m->config.objective);
+    if (check != TDL_OK || kind > DIT_SAMPLER_HEUN)
+        return check != TDL_OK ? check
+                               : tdl_error_raise(TDL_ERR_INVALID_ARG,
+                                                 "sampler %s takes whole trajectories "
+                                                 "(dit_sample), not steps from t to t'",
+                                                 dit_sampler_name(kind));
     size_t per = (size_t)m->config.in_channels * h * w;
-    size_t total = (size_t)n * per, batch = (size_t)m->max_batch * per;
+    size_t total = (size_t)n * per;
+    size_t batch = (size_t)m->max_batch * h * w * dit_config_out_channels(&m->config);
     float dt = t_to - t_from; /* negative: towards the data */
     tdl_status_t st = TDL_OK;
     float *v1 = malloc(total * sizeof(float)), *v2 = NULL, *xe = NULL;
@@ -109,6 +149,9 @@ out:
 tdl_status_t dit_sample(dit_model_t *m, const int *labels, int n, int h, int w,
                         const dit_sample_opts_t *opts, float *out)
 {
+    if (opts->kind == DIT_SAMPLER_DDPM || opts->kind == DIT_SAMPLER_DDIM ||
+        m->config.objective == DIT_OBJECTIVE_DDPM)
+        return dit_diffusion_sample(m, labels, n, h, w, opts, out);
     if (opts->steps < 1 || n < 1)
         return tdl_error_raise(TDL_ERR_INVALID_ARG, "sampling needs steps >= 1 and images >= 1 "
                                                     "(got %d steps, %d images)",
@@ -159,6 +202,7 @@ static tdl_status_t batch_velocity(dit_model_t *m, const dit_sample_item_t *item
         tdl_status_t st = dit_model_forward(m, xin, tt, yy, k, h, w, vout);
         if (st != TDL_OK)
             return st;
+        velocity_rows(m, vout, k, per);
         /* a guided image's v waits for its twin: the conditional row leaves its output in v,
          * the unconditional one combines them as dit_sampler_step does */
         for (int r = 0; r < k; r++) {
@@ -180,6 +224,13 @@ static tdl_status_t batch_velocity(dit_model_t *m, const dit_sample_item_t *item
 tdl_status_t dit_sampler_step_batch(dit_model_t *m, dit_sample_item_t *items, int nitems, int h,
                                     int w, dit_sampler_kind_t kind)
 {
+    tdl_status_t check = dit_sampler_check(kind, m->config.objective);
+    if (check != TDL_OK || kind > DIT_SAMPLER_HEUN)
+        return check != TDL_OK ? check
+                               : tdl_error_raise(TDL_ERR_INVALID_ARG,
+                                                 "sampler %s takes whole trajectories "
+                                                 "(dit_sample), not steps from t to t'",
+                                                 dit_sampler_name(kind));
     size_t per = (size_t)m->config.in_channels * h * w;
     int nrows = 0;
     for (int i = 0; i < nitems; i++) {
@@ -189,7 +240,7 @@ tdl_status_t dit_sampler_step_batch(dit_model_t *m, dit_sample_item_t *items, in
         nrows += items[i].cfg_scale != 1.0f ? 2 * items[i].n : items[i].n;
     }
     tdl_status_t st = TDL_OK;
-    size_t cap = (size_t)m->max_batch * per;
+    size_t cap = (size_t)m->max_batch * h * w * dit_config_out_channels(&m->config);
     batch_row_t *rows = calloc((size_t)TDL_MAX(nrows, 1), sizeof(*rows));
     float *xin = malloc(cap * sizeof(float)), *vout = malloc(cap * sizeof(float));
     float *tt = malloc((size_t)m->max_batch * sizeof(float));

@@ -49,6 +49,7 @@ static void sp_plan(const dit_config_t *c, sp_bufs_t *s, sp_carve_t *cv, int b, 
 {
     size_t d = (size_t)c->hidden_size, mh = (size_t)dit_config_mlp_hidden(c);
     size_t pd = (size_t)c->patch_size * c->patch_size * c->in_channels;
+    size_t po = (size_t)c->patch_size * c->patch_size * dit_config_out_channels(c);
     size_t bl = (size_t)b * (T / P), bT = (size_t)b * T;
     memset(s, 0, sizeof(*s));
     s->patches = sp_take(cv, bT * pd);
@@ -62,12 +63,12 @@ static void sp_plan(const dit_config_t *c, sp_bufs_t *s, sp_carve_t *cv, int b, 
     s->y = sp_take(cv, bl * d);
     s->wide = sp_take(cv, bl * TDL_MAX(3 * d, mh));
     s->tile = sp_take(cv, (size_t)TDL_MIN(DIT_ATTN_TILE_ROWS, T) * T);
-    s->tok = sp_take(cv, bl * pd);
+    s->tok = sp_take(cv, bl * po);
     if (P > 1) {
         s->send = sp_take(cv, bl * 3 * d);
-        s->recv = sp_take(cv, TDL_MAX(bl * 3 * d, bT * pd));
+        s->recv = sp_take(cv, TDL_MAX(bl * 3 * d, bT * po));
         s->qkv_h = sp_take(cv, bT * 3 * (d / P)), s->y_h = sp_take(cv, bT * (d / P));
-        s->tok_all = sp_take(cv, bT * pd);
+        s->tok_all = sp_take(cv, bT * po);
     }
 }
 
@@ -203,7 +204,8 @@ static tdl_status_t sp_pass(const dit_model_t *m, const dit_sp_comm_t *comm, con
     const dit_config_t *c = &m->config;
     int P = comm ? comm->size : 1, me = comm ? comm->rank : 0;
     int p = c->patch_size, d = c->hidden_size, mh = dit_config_mlp_hidden(c);
-    int pd = p * p * c->in_channels, nh = c->num_heads;
+    int pd = p * p * c->in_channels, nh = c->num_heads, co = dit_config_out_channels(c);
+    int po = p * p * co;
     int gh = h / p, gw = w / p, T = gh * gw, tl = T / P, t0 = me * tl, dp = d / P;
     size_t bl = (size_t)b * tl, bT = (size_t)b * T;
     const dit_view_t *v = &m->p;
@@ -285,19 +287,19 @@ static tdl_status_t sp_pass(const dit_model_t *m, const dit_sp_comm_t *comm, con
         tensor_linear_forward(s.mod, s.c_silu, v->final_ada_w, v->final_ada_b, b, d, 2 * d, 1);
         dit_layernorm_forward(s.h, s.mean, s.rstd, xin, (int)bl, d);
         dit_modulate_forward(s.h, s.h, s.mod, s.mod + d, 2 * d, b, tl, d);
-        tensor_linear_forward(s.tok, s.h, v->final_w, v->final_b, (int)bl, d, pd, tl);
-        /* every rank gets every token: [rank][b, tl, pd] -> [b, T, pd] */
-        if (P > 1 && (st = comm->allgather(comm->ctx, s.tok, s.recv, bl * pd)) == TDL_OK) {
+        tensor_linear_forward(s.tok, s.h, v->final_w, v->final_b, (int)bl, d, po, tl);
+        /* every rank gets every token: [rank][b, tl, po] -> [b, T, po] */
+        if (P > 1 && (st = comm->allgather(comm->ctx, s.tok, s.recv, bl * po)) == TDL_OK) {
             for (int i = 0; i < P; i++)
                 for (int k = 0; k < b; k++)
-                    memcpy(s.tok_all + ((size_t)k * T + (size_t)i * tl) * pd,
-                           s.recv + (((size_t)i * b + k) * tl) * pd,
-                           (size_t)tl * pd * sizeof(float));
+                    memcpy(s.tok_all + ((size_t)k * T + (size_t)i * tl) * po,
+                           s.recv + (((size_t)i * b + k) * tl) * po,
+                           (size_t)tl * po * sizeof(float));
             tok = s.tok_all;
         }
     }
     if (st == TDL_OK)
-        dit_unpatchify(out, tok, b, c->in_channels, h, w, p);
+        dit_unpatchify(out, tok, b, co, h, w, p);
     if (own)
         free(cv.base);
     return st;

@@ -129,6 +129,9 @@ tdl_status_t train_job_run(const train_job_opts_t *J, gfc_runtime_t *rt, int ran
         printf("tidal train: %s (%zu parameters), %s, %lld steps of %d images on %d rank%s\n",
                m->config.name, m->num_params, o.data, (long long)o.steps, o.batch, size,
                size > 1 ? "s" : "");
+        if (m->config.objective != DIT_OBJECTIVE_RF || m->config.learn_sigma)
+            printf("tidal train: objective %s, learn_sigma %s\n",
+                   dit_objective_name(m->config.objective), m->config.learn_sigma ? "on" : "off");
         if (dit_backend_gpu(m->be) >= 0)
             printf("tidal train: the model runs on the GPU (%s, device %d on rank 0)\n",
                    dit_backend_name(m->be), dit_backend_gpu(m->be));

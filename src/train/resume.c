@@ -62,15 +62,16 @@ tdl_status_t train_checkpoint_restore_rank(train_trainer_t *tr, const char *path
         (st = ckpt_attr_read_int(path, "batch", &batch)) != TDL_OK)
         return tdl_error_raise(st == TDL_ERR_IO || st == TDL_ERR_NOMEM ? st : TDL_ERR_CORRUPT,
                                "%s: %s", tdl_error_get(), STATE_ADVICE);
-    static const char *const same[] = {"hidden_size", "depth",       "num_heads",
-                                       "patch_size",  "in_channels", "num_classes",
-                                       "input_size",  "seed",        "batch"};
-    const int64_t got[] = {c.hidden_size, c.depth,      c.num_heads, c.patch_size, c.in_channels,
-                           c.num_classes, c.input_size, seed,        batch};
+    static const char *const same[] = {"hidden_size", "depth",       "num_heads",  "patch_size",
+                                       "in_channels", "num_classes", "input_size", "seed",
+                                       "batch",       "learn_sigma", "objective"};
+    const int64_t got[] = {c.hidden_size, c.depth,       c.num_heads,  c.patch_size,
+                           c.in_channels, c.num_classes, c.input_size, seed,
+                           batch,         c.learn_sigma, c.objective};
     const int64_t want[] = {
         run->hidden_size, run->depth,       run->num_heads,  run->patch_size,
         run->in_channels, run->num_classes, run->input_size, (int64_t)tr->opts.seed,
-        tr->opts.batch};
+        tr->opts.batch,   run->learn_sigma, run->objective};
     char saved[64] = "", has[64] = "";
     const char *what = NULL;
     for (size_t i = 0; !what && i < TDL_ARRAY_SIZE(same); i++)
@@ -79,6 +80,10 @@ tdl_status_t train_checkpoint_restore_rank(train_trainer_t *tr, const char *path
             snprintf(saved, sizeof(saved), "%lld", (long long)got[i]);
             snprintf(has, sizeof(has), "%lld", (long long)want[i]);
         }
+    if (what && !strcmp(what, "objective")) {
+        snprintf(saved, sizeof(saved), "%s", dit_objective_name(c.objective));
+        snprintf(has, sizeof(has), "%s", dit_objective_name(run->objective));
+    }
     const double got_d[] = {c.mlp_ratio, c.class_dropout_prob};
     const double want_d[] = {run->mlp_ratio, run->class_dropout_prob};
     for (int i = 0; !what && i < 2; i++)

@@ -140,6 +140,8 @@ typedef struct train_opts {
     const char *dump_grads; /* directory for grads-<step>-rank<r>.h5 (NULL: none) */
     int64_t dump_every;     /* steps between gradient dumps */
     const char *device;     /* where the model runs: "cpu" (NULL too) or "cuda" (dit_backend_open) */
+    dit_objective_t objective; /* rectified flow (the default) or the Gaussian diffusion */
+    int learn_sigma;           /* 0: the configuration's; 1: on; -1: off */
 } train_opts_t;
 
 typedef struct train_trainer train_trainer_t;
@@ -198,10 +200,14 @@ tdl_status_t train_weights_save(const char *path, const dit_model_t *model, cons
                                 int64_t step, const char *const *class_names);
 /* The model configuration the file's root attributes describe, every one checked before
  * anything is allocated: format_version present and one this tidal reads, model a name, each
- * size within the limits of dit_config_check, learn_sigma and t_scale (when present) tidal's.
+ * size within the limits of dit_config_check, learn_sigma (0 or 1), objective (rf or ddpm) and
+ * t_scale (when present) tidal's; absent, learn_sigma is 0 and the objective rf.
  * Refusals (TDL_ERR_CORRUPT; TDL_ERR_MISMATCH for a newer format_version or another kind of DiT)
  * name the file and the attribute. What every loader reads a configuration with. */
 tdl_status_t train_weights_config(const char *path, dit_config_t *config_out);
+/* Whether src/serve can serve the model: rectified flow without learn_sigma (its steps are
+ * Euler and Heun on outputs of in_channels channels); TDL_ERR_UNSUPPORTED says why not. */
+tdl_status_t train_config_servable(const dit_config_t *config);
 /* Builds the model the file describes (train_weights_config; sized for max_batch images of up to
  * max_resolution, 0: its training resolution) and loads group "model" or "ema", checking every
  * shape and how each dataset is stored first, then refusing NaN and Inf (train_tensors_read). */
@@ -213,7 +219,8 @@ tdl_status_t train_weights_load_on(const char *path, const char *group, int max_
                                    int max_resolution, struct dit_backend *backend,
                                    dit_model_t **model_out);
 /* The same into a model for serving only (dit_model_create_inference: no gradients, one
- * block's activations), what tidal serve and tidal run's serving ranks load. */
+ * block's activations), what tidal serve and tidal run's serving ranks load; a model
+ * train_config_servable refuses is refused. */
 tdl_status_t train_weights_load_inference(const char *path, const char *group, int max_batch,
                                           int max_resolution, struct dit_backend *backend,
                                           dit_model_t **model_out);

@@ -21,6 +21,8 @@ struct train_trainer {
     uint64_t *batch_idx;                               /* [batch] */
     float *x0, *noise, *x_t, *target, *out, *dout, *t; /* [micro_batch, ...] */
     int *y;
+    struct dit_diffusion *diffusion;        /* objective ddpm: the process (NULL: rectified flow) */
+    int *tk;                                /* objective ddpm: each sample's diffusion step */
     train_codec_t *codec;                   /* NULL: exact f32 all-reduce */
     float loss_hist[TRAIN_LOSS_HISTORY][2]; /* (step, loss) of the last steps, a ring */
     int64_t loss_count;                     /* losses recorded since the start of training */
@@ -35,7 +37,7 @@ struct train_trainer {
 ckpt_tensor_t *train_tensors_of(const dit_model_t *m, float *base);
 /* The model configuration as root attributes, one per field: fills attrs and returns how many
  * (TRAIN_CONFIG_ATTRS). */
-#define TRAIN_CONFIG_ATTRS 12
+#define TRAIN_CONFIG_ATTRS 13
 int train_config_attrs(const dit_config_t *c, ckpt_attr_t *attrs);
 /* The whole configuration as the JSON of the attribute config_json, malloc'd (NULL: no memory). */
 char *train_config_json(const dit_config_t *c);

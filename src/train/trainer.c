@@ -1,5 +1,6 @@
-/* The data-parallel DiT trainer: rectified-flow loss over a global batch split among the
- * members of a gfc group, gradients summed with gfc's all-reduce, AdamW on every member. */
+/* The data-parallel DiT trainer: the rectified-flow loss (or the Gaussian diffusion's,
+ * diffusion.h) over a global batch split among the members of a gfc group, gradients summed with
+ * gfc's all-reduce, AdamW on every member. */
 #include "config.h"
 
 #include <math.h>
@@ -8,6 +9,7 @@
 #include <string.h>
 
 #include "codec/codec.h"
+#include "dit/diffusion.h"
 #include "dit/dit.h"
 #include "gfc/gfc.h"
 #include "train/train.h"
@@ -18,6 +20,8 @@ void train_trainer_free(train_trainer_t *tr)
     if (!tr)
         return;
     train_codec_free(tr->codec);
+    dit_diffusion_free(tr->diffusion);
+    free(tr->tk);
     free(tr->y), free(tr->t), free(tr->dout), free(tr->out), free(tr->target);
     free(tr->x_t), free(tr->noise), free(tr->x0), free(tr->batch_idx);
     train_sampler_free(&tr->sampler);
@@ -86,6 +90,9 @@ tdl_status_t train_trainer_create_with_data(const train_opts_t *o, train_dataset
     }
     tr->resolution = o->resolution ? o->resolution : train_dataset_resolution(tr->data);
     cfg.input_size = tr->resolution; /* saved with the weights: what sampling defaults to */
+    cfg.objective = o->objective;
+    if (o->learn_sigma)
+        cfg.learn_sigma = o->learn_sigma > 0;
     struct dit_backend *be;
     if ((st = dit_backend_open(o->device, -1, &be)) != TDL_OK ||
         (st = dit_model_create_on(&cfg, o->micro_batch, tr->resolution, be, &tr->model)) != TDL_OK)
@@ -106,15 +113,21 @@ tdl_status_t train_trainer_create_with_data(const train_opts_t *o, train_dataset
                                  o->seed ^ 0x5eed5a3d1e5ull)) != TDL_OK)
         goto err;
     size_t per = (size_t)cfg.in_channels * tr->resolution * tr->resolution;
+    size_t po = per / cfg.in_channels * dit_config_out_channels(&cfg);
     size_t mb = (size_t)o->micro_batch;
+    if (o->objective == DIT_OBJECTIVE_DDPM &&
+        (st = dit_diffusion_create(DIT_DIFFUSION_STEPS, DIT_DIFFUSION_STEPS, cfg.learn_sigma,
+                                   &tr->diffusion)) != TDL_OK)
+        goto err;
     tr->batch_idx = calloc((size_t)o->batch, sizeof(uint64_t));
     tr->x0 = tensor_alloc(mb * per), tr->noise = tensor_alloc(mb * per);
     tr->x_t = tensor_alloc(mb * per), tr->target = tensor_alloc(mb * per);
-    tr->out = tensor_alloc(mb * per), tr->dout = tensor_alloc(mb * per);
+    tr->out = tensor_alloc(mb * po), tr->dout = tensor_alloc(mb * po);
     tr->t = tensor_alloc(mb);
     tr->y = calloc(mb, sizeof(int));
+    tr->tk = calloc(mb, sizeof(int));
     if (!tr->batch_idx || !tr->x0 || !tr->noise || !tr->x_t || !tr->target || !tr->out ||
-        !tr->dout || !tr->t || !tr->y) {
+        !tr->dout || !tr->t || !tr->y || !tr->tk) {
         st = tdl_error_raise(TDL_ERR_NOMEM, "trainer: out of memory for micro-batches");
         goto err;
     }
@@ -131,6 +144,39 @@ static void trainer_sample_rng(const train_trainer_t *tr, int64_t step, int j, t
 {
     tdl_rng_init(rng, tr->opts.seed ^ TRAIN_STREAM_SAMPLE,
                  (uint64_t)step * (uint64_t)tr->opts.batch + (uint64_t)j);
+}
+
+/* Sample i's time from the uniform u: rectified flow's t = u, or the diffusion step
+ * floor(u * T) (the reference's randint), embedded as the model sees it. */
+static void trainer_time(train_trainer_t *tr, int i, float u)
+{
+    tr->t[i] = u;
+    if (tr->diffusion) {
+        int T = tr->diffusion->steps;
+        tr->tk[i] = TDL_MIN((int)(u * (float)T), T - 1);
+        tr->t[i] = dit_diffusion_model_time(tr->diffusion, tr->tk[i]);
+    }
+}
+
+/* x_t of the k samples of x0 and noise at their times. */
+static void trainer_inputs(train_trainer_t *tr, int k, size_t per)
+{
+    if (tr->diffusion)
+        dit_diffusion_q_sample(tr->diffusion, tr->x0, tr->noise, tr->tk, k, per, tr->x_t);
+    else
+        dit_rf_interpolate(tr->x0, tr->noise, tr->t, k, per, tr->x_t, tr->target);
+}
+
+/* The objective's mean loss of the k samples' outputs; dout (may be NULL) gets its gradient. */
+static double trainer_loss(const train_trainer_t *tr, int k, size_t per, float *dout)
+{
+    const dit_config_t *c = &tr->model->config;
+    if (tr->diffusion)
+        return dit_diffusion_loss(tr->diffusion, tr->x0, tr->x_t, tr->noise, tr->tk, tr->out, k,
+                                  c->in_channels, per / c->in_channels, dout, NULL);
+    if (c->learn_sigma) /* rectified flow reads the first half only */
+        return dit_mse_loss_strided(tr->out, tr->target, k, per, 2 * per, dout);
+    return dit_mse_loss(tr->out, tr->target, (size_t)k * per, dout);
 }
 
 static tdl_status_t trainer_val_loss(train_trainer_t *tr, gfc_group_t *group, int count,
@@ -155,14 +201,14 @@ static tdl_status_t trainer_val_loss(train_trainer_t *tr, gfc_group_t *group, in
                 return st;
             tdl_rng_t rng;
             tdl_rng_init(&rng, tr->opts.seed ^ TRAIN_STREAM_VAL, (uint64_t)(j0 + i));
-            tr->t[i] = tdl_rng_uniform(&rng);
+            trainer_time(tr, i, tdl_rng_uniform(&rng));
             tdl_rng_fill_normal(&rng, tr->noise + (size_t)i * per, per);
         }
-        dit_rf_interpolate(tr->x0, tr->noise, tr->t, k, per, tr->x_t, tr->target);
+        trainer_inputs(tr, k, per);
         if ((st = dit_model_forward(m, tr->x_t, tr->t, tr->y, k, tr->resolution, tr->resolution,
                                     tr->out)) != TDL_OK)
             return st;
-        sum += dit_mse_loss(tr->out, tr->target, (size_t)k * per, NULL) * k;
+        sum += trainer_loss(tr, k, per, NULL) * k;
     }
     float part = (float)(sum / count), total = part;
     if (group && members > 1 &&
@@ -220,19 +266,20 @@ static tdl_status_t trainer_step(train_trainer_t *tr, gfc_group_t *group, double
                 return st;
             tdl_rng_t rng;
             trainer_sample_rng(tr, tr->step, j0 + i, &rng);
-            tr->t[i] = tdl_rng_uniform(&rng);
+            trainer_time(tr, i, tdl_rng_uniform(&rng));
             bool drop = tdl_rng_uniform(&rng) < (float)cfg->class_dropout_prob;
             tr->y[i] = drop ? cfg->num_classes : label;
             tdl_rng_fill_normal(&rng, tr->noise + (size_t)i * per, per);
         }
-        dit_rf_interpolate(tr->x0, tr->noise, tr->t, k, per, tr->x_t, tr->target);
+        trainer_inputs(tr, k, per);
         if ((st = dit_model_forward(m, tr->x_t, tr->t, tr->y, k, tr->resolution, tr->resolution,
                                     tr->out)) != TDL_OK)
             return st;
-        double mse = dit_mse_loss(tr->out, tr->target, (size_t)k * per, tr->dout);
+        double mse = trainer_loss(tr, k, per, tr->dout);
         /* d(mean over the global batch)/d(out): the micro-batch mean's gradient times k / batch */
         float scale = (float)k / (float)o->batch;
-        for (size_t i = 0; i < (size_t)k * per; i++)
+        size_t nout = (size_t)k * per / cfg->in_channels * dit_config_out_channels(cfg);
+        for (size_t i = 0; i < nout; i++)
             tr->dout[i] *= scale;
         tdl_fault_point("train.backward"); /* for the failure tests */
         if ((st = dit_model_backward(m, tr->dout)) != TDL_OK)
@@ -417,12 +464,14 @@ static void trainer_sync_header(const train_trainer_t *tr, trainer_sync_hdr_t *h
                             c->num_heads,   c->num_classes,      tr->resolution,  o->batch,
                             o->warmup,      o->allreduce_round,  o->allreduce_ef, (int64_t)o->seed,
                             (int64_t)tr->sampler.n};
+    const int64_t kind[] = {c->learn_sigma, (int64_t)c->objective}; /* what the output means */
     const double reals[] = {
         c->mlp_ratio, c->class_dropout_prob, o->lr,         o->weight_decay, o->clip,
         o->ema_decay, o->allreduce_bits,     tr->opt.beta1, tr->opt.beta2,   tr->opt.eps};
     const char *codec = tr->codec ? o->allreduce : "f32";
     uint64_t run = sync_hash(0xcbf29ce484222325ull, ints, sizeof(ints));
     run = sync_hash(run, reals, sizeof(reals));
+    run = sync_hash(run, kind, sizeof(kind));
     h->run = sync_hash(run, codec, strlen(codec));
     h->step = tr->step, h->loss_count = tr->loss_count, h->adamw_step = tr->opt.step;
     train_sampler_cursor(&tr->sampler, &h->epoch, &h->pos);

@@ -29,12 +29,13 @@ ckpt_tensor_t *train_tensors_of(const dit_model_t *m, float *base)
 
 char *train_config_json(const dit_config_t *c)
 {
-    json_t *j = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:i, s:f, s:b, s:f}", "name",
-                          c->name, "input_size", c->input_size, "patch_size", c->patch_size,
-                          "in_channels", c->in_channels, "hidden_size", c->hidden_size, "depth",
-                          c->depth, "num_heads", c->num_heads, "mlp_ratio", c->mlp_ratio,
-                          "num_classes", c->num_classes, "class_dropout_prob",
-                          c->class_dropout_prob, "learn_sigma", 0, "t_scale", (double)DIT_T_SCALE);
+    json_t *j =
+        json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:i, s:f, s:b, s:f, s:s}", "name",
+                  c->name, "input_size", c->input_size, "patch_size", c->patch_size, "in_channels",
+                  c->in_channels, "hidden_size", c->hidden_size, "depth", c->depth, "num_heads",
+                  c->num_heads, "mlp_ratio", c->mlp_ratio, "num_classes", c->num_classes,
+                  "class_dropout_prob", c->class_dropout_prob, "learn_sigma", c->learn_sigma != 0,
+                  "t_scale", (double)DIT_T_SCALE, "objective", dit_objective_name(c->objective));
     char *s = j ? json_dumps(j, JSON_SORT_KEYS | JSON_COMPACT) : NULL;
     json_decref(j);
     return s;
@@ -53,8 +54,9 @@ int train_config_attrs(const dit_config_t *c, ckpt_attr_t *attrs)
         {.key = "mlp_ratio", .type = CKPT_ATTR_DOUBLE, .d = c->mlp_ratio},
         {.key = "num_classes", .type = CKPT_ATTR_INT, .i = c->num_classes},
         {.key = "class_dropout_prob", .type = CKPT_ATTR_DOUBLE, .d = c->class_dropout_prob},
-        {.key = "learn_sigma", .type = CKPT_ATTR_INT, .i = 0},
+        {.key = "learn_sigma", .type = CKPT_ATTR_INT, .i = c->learn_sigma},
         {.key = "t_scale", .type = CKPT_ATTR_DOUBLE, .d = DIT_T_SCALE},
+        {.key = "objective", .type = CKPT_ATTR_STRING, .s = dit_objective_name(c->objective)},
     };
     memcpy(attrs, a, sizeof(a));
     return TRAIN_CONFIG_ATTRS;
@@ -330,16 +332,27 @@ tdl_status_t train_weights_config(const char *path, dit_config_t *config_out)
     }
     if ((st = dit_config_check(&c)) != TDL_OK)
         return tdl_error_raise(TDL_ERR_CORRUPT, "%s: %s: %s", path, tdl_error_get(), CONFIG_ADVICE);
-    /* optional (a file made by hand may leave them out), but present they must be tidal's DiT */
+    /* optional (a file made by hand, or before learn_sigma and the objective were stored, may
+     * leave them out: then off, and rectified flow), but present they must be tidal's DiT */
     int64_t sigma = 0;
     double t_scale = DIT_T_SCALE;
     if ((st = ckpt_attr_read_int(path, "learn_sigma", &sigma)) != TDL_OK && st != TDL_ERR_NOT_FOUND)
         return config_refuse(st);
-    if (sigma != 0)
-        return tdl_error_raise(TDL_ERR_MISMATCH,
-                               "%s: the attribute learn_sigma is %lld: tidal's DiT predicts no "
-                               "variance (learn_sigma = 0) and cannot run this model",
-                               path, (long long)sigma);
+    if ((st = dit_config_set_int(&c, "learn_sigma", sigma)) != TDL_OK)
+        return tdl_error_raise(TDL_ERR_CORRUPT, "%s: the attribute %s: %s", path, tdl_error_get(),
+                               CONFIG_ADVICE);
+    char *objective = NULL;
+    if ((st = ckpt_attr_read_string(path, "objective", &objective)) == TDL_OK) {
+        st = dit_objective_parse(objective, &c.objective);
+        free(objective);
+        if (st != TDL_OK)
+            return tdl_error_raise(TDL_ERR_MISMATCH,
+                                   "%s: the attribute objective: %s; this tidal cannot sample "
+                                   "such a model",
+                                   path, tdl_error_get());
+    } else if (st != TDL_ERR_NOT_FOUND) {
+        return config_refuse(st);
+    }
     if ((st = ckpt_attr_read_double(path, "t_scale", &t_scale)) != TDL_OK &&
         st != TDL_ERR_NOT_FOUND)
         return config_refuse(st);
@@ -397,6 +410,17 @@ tdl_status_t train_tensors_read(const char *path, const char *group, const dit_m
     return st;
 }
 
+tdl_status_t train_config_servable(const dit_config_t *c)
+{
+    if (c->learn_sigma || c->objective != DIT_OBJECTIVE_RF)
+        return tdl_error_raise(TDL_ERR_UNSUPPORTED,
+                               "model %s (objective %s, learn_sigma %d): serving steps rectified "
+                               "flow on outputs of in_channels channels only; sample it with "
+                               "tidal generate",
+                               c->name, dit_objective_name(c->objective), c->learn_sigma);
+    return TDL_OK;
+}
+
 /* *be passes to the model once it is made (then *be = NULL). */
 static tdl_status_t weights_load(const char *path, const char *group, int max_batch,
                                  int max_resolution, bool inference, struct dit_backend **be,
@@ -445,6 +469,15 @@ tdl_status_t train_weights_load_inference(const char *path, const char *group, i
                                           int max_resolution, struct dit_backend *be,
                                           dit_model_t **model_out)
 {
+    /* src/serve steps rectified flow on outputs of C channels */
+    dit_config_t c;
+    tdl_status_t sc = train_weights_config(path, &c);
+    if (sc == TDL_OK && (sc = train_config_servable(&c)) != TDL_OK)
+        sc = tdl_error_raise(sc, "%s: %s", path, tdl_error_get());
+    if (sc != TDL_OK) {
+        dit_backend_close(be);
+        return sc;
+    }
     tdl_status_t st = weights_load(path, group, max_batch, max_resolution, true, &be, model_out);
     dit_backend_close(be);
     return st;
@@ -529,6 +562,9 @@ tdl_status_t train_checkpoint_info(const char *path, FILE *out)
             c->name, c->depth, c->hidden_size, c->num_heads, c->patch_size, c->in_channels,
             c->num_classes, c->input_size, m->num_params,
             (double)m->num_params * 4 / (1 << 20));
+    fprintf(out, "  objective    %s, learn_sigma %s (%d output channels)\n",
+            dit_objective_name(c->objective), c->learn_sigma ? "on" : "off",
+            dit_config_out_channels(c));
     fprintf(out, "  written      %s by tidal %s\n", created ? created : "?",
             version ? version : "?");
     char **names = NULL;

@@ -37,6 +37,14 @@ case $out in *"from /ema"*"output shape: [2, 1, 32, 32]"*"check: ok"*) ok "ema: 
     *) not_ok "ema: $out";; esac
 check "ema: --out writes the state_dict" [ -s "$dir/ema.pt" ]
 
+# learn_sigma: the reference DiT's 2C output channels, final_layer.linear [p*p*2C, D]
+"$TIDAL" train --model tiny --resolution 32 --batch 4 --micro-batch 2 --steps 2 --val-every 0 \
+    --objective ddpm --learn-sigma on --out "$dir/sigma" >"$dir/sigma.log" 2>&1
+out=`"$py" "$tool" "$dir/sigma/model.h5" --group ema --check 2>&1`; rc=$?
+case "$rc $out" in "0 "*"learn_sigma 1, objective ddpm"*"output shape: [2, 2, 32, 32]"*"check: ok"*)
+    ok "learn_sigma: loaded strictly into the reference DiT with learn_sigma, 2 output channels";;
+    *) not_ok "learn_sigma: rc=$rc $out";; esac
+
 size=`stat -c %s "$dir/run/model.h5"`
 head -c $((size / 2)) "$dir/run/model.h5" >"$dir/trunc.h5"
 err=`"$py" "$tool" "$dir/trunc.h5" 2>&1`; rc=$?

@@ -35,12 +35,19 @@ static int all_finite(const float *a, size_t n)
 }
 
 /* One configuration: forward at b x h x w, backward with a random output gradient, twice (the
- * gradients accumulate), every parameter tensor compared. */
+ * gradients accumulate), every parameter tensor compared. "NAME+sigma": NAME with learn_sigma,
+ * "NAME-sigma" without (the output's channels follow). */
 static void compare(const char *config, int b, int h, int w, int max_res, double tol)
 {
     dit_config_t cfg;
-    if (!ok(dit_config_named(config, &cfg) == TDL_OK, "%s: configuration", config))
+    char cname[32];
+    snprintf(cname, sizeof(cname), "%.*s", (int)strcspn(config, "+-"), config);
+    if (!strncmp(config, "DiT-", 4)) /* its own dash */
+        snprintf(cname, sizeof(cname), "%.*s", (int)(4 + strcspn(config + 4, "+-")), config);
+    if (!ok(dit_config_named(cname, &cfg) == TDL_OK, "%s: configuration", config))
         return;
+    if (strstr(config + strlen(cname), "sigma"))
+        cfg.learn_sigma = config[strlen(cname)] == '+';
     dit_backend_t *be;
     tdl_status_t st = open_device_backend(&be);
     if (!ok(st == TDL_OK, "%s: the device backend opens%s%s", config, st ? ": " : "",
@@ -62,8 +69,9 @@ static void compare(const char *config, int b, int h, int w, int max_res, double
         cpu->params[i] = 0.1f * tdl_rng_normal(&rng);
     memcpy(dev->params, cpu->params, cpu->num_params * sizeof(float));
     dit_model_params_changed(dev);
-    size_t n = (size_t)b * cfg.in_channels * h * w;
-    float *x = randn(n, 1.0f), *dout = randn(n, 1.0f);
+    size_t nx = (size_t)b * cfg.in_channels * h * w;
+    size_t n = (size_t)b * dit_config_out_channels(&cfg) * h * w; /* the output's */
+    float *x = randn(nx, 1.0f), *dout = randn(n, 1.0f);
     float *out_cpu = tensor_alloc(n), *out_dev = tensor_alloc(n);
     float *t = tensor_alloc((size_t)b);
     int *y = calloc((size_t)b, sizeof(int));
@@ -120,7 +128,7 @@ static void compare(const char *config, int b, int h, int w, int max_res, double
     /* a smaller batch and grid than the model was sized for */
     if (b > 1 && h > cfg.patch_size) {
         int b2 = b - 1, h2 = h - cfg.patch_size;
-        size_t n2 = (size_t)b2 * cfg.in_channels * h2 * w;
+        size_t n2 = (size_t)b2 * dit_config_out_channels(&cfg) * h2 * w;
         dit_model_forward(cpu, x, t, y, b2, h2, w, out_cpu);
         dit_model_forward(dev, x, t, y, b2, h2, w, out_dev);
         e = rel_err(out_dev, out_cpu, n2);

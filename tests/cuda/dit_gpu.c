@@ -22,6 +22,7 @@ int main(void)
     tdl_rng_init(&rng, 11, 0);
     compare("tiny", 3, 16, 8, 16, 1e-4);
     compare("fmnist", 8, 32, 32, 32, 1e-4);
-    compare("DiT-S/4", 4, 32, 32, 32, 1e-4);
+    compare("DiT-S/4", 4, 32, 32, 32, 1e-4); /* learn_sigma, as the reference's */
+    compare("fmnist+sigma", 2, 32, 32, 32, 1e-4);
     return done_testing();
 }

@@ -20,8 +20,11 @@ all deliberate (they are tidal's conventions):
     model accepts several input sizes.
   * The timestep fed to the sinusoidal embedding is t * T_SCALE (= t * 1000)
     because tidal trains with rectified flow and t in [0, 1].
-  * learn_sigma = False (out_channels = in_channels); no label dropout (the
-    null class index num_classes may still be given explicitly).
+  * learn_sigma = False (out_channels = in_channels) for dit_tiny.h5; the
+    module takes learn_sigma=True as the reference's (out_channels = 2C, the
+    noise then the variance value), which tools/ckpt_to_torch.py and
+    tests/cli/test_ddpm_torch.sh use.  No label dropout (the null class index
+    num_classes may still be given explicitly).
   * No zero initialisation: every parameter is i.i.d. N(0, 0.05^2), so that
     every gradient is non-trivial.
   * The whole forward/backward runs in float64 (parameters are drawn in
@@ -399,9 +402,10 @@ def expected_state_dict_shapes(cfg):
             (b + 'adaLN_modulation.1.weight', (6 * D, D)),
             (b + 'adaLN_modulation.1.bias', (6 * D,)),
         ]
+    Co = 2 * C if cfg.get('learn_sigma') else C  # learn_sigma: noise and variance halves
     shapes += [
-        ('final_layer.linear.weight', (p * p * C, D)),
-        ('final_layer.linear.bias', (p * p * C,)),
+        ('final_layer.linear.weight', (p * p * Co, D)),
+        ('final_layer.linear.bias', (p * p * Co,)),
         ('final_layer.adaLN_modulation.1.weight', (2 * D, D)),
         ('final_layer.adaLN_modulation.1.bias', (2 * D,)),
     ]

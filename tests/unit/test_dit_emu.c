@@ -16,5 +16,6 @@ int main(void)
     compare("tiny", 3, 16, 8, 16, 1e-4);
     compare("tiny", 1, 8, 8, 16, 1e-4);
     compare("fmnist", 2, 32, 32, 32, 1e-4);
+    compare("tiny+sigma", 2, 16, 8, 16, 1e-4); /* learn_sigma: the final layer's 2C channels */
     return done_testing();
 }

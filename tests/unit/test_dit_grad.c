@@ -275,7 +275,13 @@ static void test_configs(void)
     c.num_heads = 3;
     ok(dit_config_check(&c) == TDL_ERR_INVALID_ARG, "hidden size not divisible by heads refused");
     dit_config_named("DiT-S/2", &c);
+    ok(c.learn_sigma == 1 && dit_config_out_channels(&c) == 8,
+       "DiT-S/2 learns sigma as the reference's: 8 output channels");
+    ok(dit_config_set_int(&c, "learn_sigma", 2) == TDL_ERR_INVALID_ARG &&
+           strstr(tdl_error_get(), "learn_sigma = 2") && c.learn_sigma == 1,
+       "learn_sigma 2 refused, named: %s", tdl_error_get());
     dit_model_t *m;
+    c.learn_sigma = 0; /* the count below; learn_sigma's final layer is checked after it */
     if (dit_model_create(&c, 1, 32, &m) == TDL_OK) {
         /* DiT-S/2 on 32x32x4 latents, 1000 classes, learn_sigma off, counted by hand:
          * patch 384*4*2*2 + 384 = 6,528; timestep MLP 256*384 + 384 + 384*384 + 384 = 246,528;
@@ -284,6 +290,16 @@ static void test_configs(void)
          * = 301,840. (The reference's 33.0M adds pos_embed and learn_sigma's extra channels.) */
         is_int(m->num_params, 6528 + 246528 + 384384 + 12 * 2659968 + 301840,
                "DiT-S/2 has the reference's parameter count");
+        dit_model_t *ls;
+        c.learn_sigma = 1; /* final layer 32*384 + 32: twice the rows */
+        if (ok(dit_model_create(&c, 1, 32, &ls) == TDL_OK, "DiT-S/2 with learn_sigma")) {
+            is_int(ls->num_params, m->num_params + 16 * 384 + 16,
+                   "learn_sigma adds p*p*C rows to final_layer.linear");
+            const dit_param_info_t *fw = dit_model_param(ls, "final_layer.linear.weight");
+            ok(fw && fw->shape[0] == 32 && fw->shape[1] == 384,
+               "final_layer.linear.weight is [p*p*2C, D] = [32, 384]");
+            dit_model_free(ls);
+        }
         dit_model_init_weights(m, 1);
         const dit_param_info_t *ada = dit_model_param(m, "blocks.5.adaLN_modulation.1.weight");
         int zeros = 1;
