@@ -78,7 +78,7 @@ static void job_event(serve_queue_t *q, serve_job_t *job, const char *name, cons
 }
 
 /* ---- alone: rank 0 samples the requests itself, batched a step at a time -------------------
- * Requests of one resolution and one sampler share the model's passes (dit_sampler_step_batch):
+ * Requests of one resolution and one sampler share the model's passes (serve_task_step_batch):
  * one joins the batch at any step, while its rows fit in --max-batch, and leaves it when its
  * last step is done, cancelled, or failed. A request of another kind waits, at the head of the
  * queue, for the batch to empty. Each step of a request is a task of its own (its events, and
@@ -99,7 +99,9 @@ typedef struct alone {
     serve_queue_t *q;
     bool batching;
     alone_req_t *a;
-    dit_sample_item_t *items;
+    serve_traj_t *trajs; /* a step's view of each request, for serve_task_step_batch */
+    serve_traj_t **tp;
+    int *counts;
     int n, cap;
     serve_job_t *held; /* taken from the queue, and then not fitting (a request that came to the
                         * head between a look at it and the taking) */
@@ -146,10 +148,16 @@ static void alone_admit(alone_t *al, serve_job_t *job)
         alone_req_t *a = tdl_realloc(al->a, (size_t)cap * sizeof(*a));
         if (a)
             al->a = a;
-        dit_sample_item_t *it = tdl_realloc(al->items, (size_t)cap * sizeof(*it));
-        if (it)
-            al->items = it;
-        if (!a || !it) {
+        serve_traj_t *tj = tdl_realloc(al->trajs, (size_t)cap * sizeof(*tj));
+        if (tj)
+            al->trajs = tj;
+        serve_traj_t **tp = tdl_realloc(al->tp, (size_t)cap * sizeof(*tp));
+        if (tp)
+            al->tp = tp;
+        int *cn = tdl_realloc(al->counts, (size_t)cap * sizeof(int));
+        if (cn)
+            al->counts = cn;
+        if (!a || !tj || !tp || !cn) {
             serve_job_fail(al->q, job, "out of memory for the batch");
             return;
         }
@@ -235,19 +243,25 @@ static bool alone_turn(alone_t *al, bool admit)
     double ts = tdl_clock_s();
     for (int i = 0; i < al->n; i++) {
         alone_req_t *r = &al->a[i];
-        float steps = (float)r->p->steps;
-        al->items[i] = (dit_sample_item_t){.x = r->img,
-                                           .labels = r->labels,
-                                           .n = r->p->n,
-                                           .t_from = 1.0f - (float)r->step / steps,
-                                           .t_to = 1.0f - (float)(r->step + 1) / steps,
-                                           .cfg_scale = r->cfg};
+        const serve_request_params_t *p = r->p;
+        al->trajs[i] = (serve_traj_t){.spec = {.seed = p->seed,
+                                               .n = p->n,
+                                               .res = p->resolution,
+                                               .steps = p->steps,
+                                               .label = p->label,
+                                               .cfg = r->cfg,
+                                               .sampler = (int)p->sampler},
+                                      .channels = al->m->config.in_channels,
+                                      .n = p->n,
+                                      .res = p->resolution,
+                                      .step = r->step,
+                                      .prepared = true,
+                                      .x = r->img};
+        al->tp[i] = &al->trajs[i], al->counts[i] = 1;
         job_event(al->q, r->job, "task_started", "step_chunk", 1, r->step, -1);
     }
     serve_queue_observe_batch(al->q, al->n);
-    const serve_request_params_t *b = al->a[0].p;
-    if (dit_sampler_step_batch(al->m, al->items, al->n, b->resolution, b->resolution,
-                               b->sampler) != TDL_OK) {
+    if (serve_task_step_batch(al->tp, al->n, al->m, NULL, false, al->counts) != TDL_OK) {
         while (al->n)
             alone_fail(al, al->n - 1, "sampling failed");
         return true;
@@ -269,8 +283,8 @@ static void alone_drain(alone_t *al)
     while (alone_turn(al, false))
         ;
     free(al->a);
-    free(al->items);
-    al->a = NULL, al->items = NULL;
+    free(al->trajs), free(al->tp), free(al->counts);
+    al->a = NULL, al->trajs = NULL, al->tp = NULL, al->counts = NULL;
 }
 
 /* ---- rank 0 with executors: the coordinator's edges -------------------------------------------
@@ -756,7 +770,7 @@ tdl_status_t coord_rank0_run(const coord_rank0_opts_t *o, int world, dit_model_t
     fflush(stdout);
 out:
     free(al.a); /* (alone_drain emptied them where the loop ended) */
-    free(al.items);
+    free(al.trajs), free(al.tp), free(al.counts);
     char err[1024]; /* kept past the clean-up below */
     snprintf(err, sizeof(err), "%s", st != TDL_OK ? tdl_error_get() : "");
     if (tr.started) {

@@ -323,8 +323,14 @@ static tdl_status_t run_batch(serve_worker_t *w)
                                      "resolution or sampler",
                                      (unsigned long long)cmds[i].spec.id,
                                      (unsigned long long)cmds[0].spec.id);
-        ts[i] = h ? &h->t : NULL;
         counts[i] = cmds[i].steps;
+    }
+    /* the states found after every member's set-up: one that made room for a new state may
+     * have moved the others */
+    for (int i = 0; i < k && st == TDL_OK; i++) {
+        held_t *h = held_find(w, cmds[i].spec.id);
+        ts[i] = h ? &h->t : NULL;
+        fine[i] = fine[i] && h;
     }
     gfc_group_t g;
     if (st == TDL_OK)

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dit/diffusion.h"
 #include "dit/dit.h"
 #include "serve/serve.h"
 
@@ -108,26 +109,25 @@ static int traj_label(const dit_model_t *m, const serve_traj_t *t)
     return t->spec.label < 0 || t->spec.label > null ? null : t->spec.label;
 }
 
-/* v = v_uncond + cfg (v_cond - v_uncond) from a guided block's output, or the output itself. */
-static void guide(const serve_traj_t *t, bool guided, const float *out, float *v)
+static bool traj_guided(const serve_traj_t *t)
 {
-    size_t nv = serve_traj_values(t);
-    for (size_t i = 0; i < nv; i++)
-        v[i] = guided ? out[nv + i] + t->spec.cfg * (out[i] - out[nv + i]) : out[i];
+    return serve_guided(t->spec.label, t->spec.cfg);
 }
 
-/* The guided velocity of one trajectory's n images at time `time` with CFG parallelism (an even
- * group): half 0 computes the conditional rows, half 1 the unconditional ones, and member i of
- * each half trades its half's output with member i of the other. */
-static tdl_status_t cfg_parallel_velocity(const dit_model_t *m, gfc_group_t *g,
-                                          const serve_traj_t *t, const float *x, float time,
-                                          float *v)
+static bool is_diffusion(int sampler)
 {
-    size_t nv = serve_traj_values(t);
-    float *out = malloc(2 * nv * sizeof(float));
-    if (!out)
-        return tdl_error_raise(TDL_ERR_NOMEM, "request %llu: out of memory for a step",
-                               (unsigned long long)t->spec.id);
+    return sampler == DIT_SAMPLER_DDPM || sampler == DIT_SAMPLER_DDIM;
+}
+
+/* The raw outputs (co channels an image) of one trajectory's n images at time `time` with CFG
+ * parallelism (an even group, guided): half 0 computes the conditional rows into out[0, n po),
+ * half 1 the unconditional ones after them, and member i of each half trades its half's output
+ * with member i of the other. */
+static tdl_status_t cfg_parallel_outputs(const dit_model_t *m, gfc_group_t *g,
+                                         const serve_traj_t *t, const float *x, float time,
+                                         float *out)
+{
+    size_t nv = (size_t)t->n * dit_config_out_channels(&m->config) * t->res * t->res;
     int half = g->size / 2, mine = g->me < half ? 0 : 1;
     gfc_group_t sub;
     tdl_status_t st = gfc_group_init(&sub, g->rt, g->ranks + mine * half, half,
@@ -149,34 +149,46 @@ static tdl_status_t cfg_parallel_velocity(const dit_model_t *m, gfc_group_t *g,
         else
             gfc_request_free(reqs[0]);
     }
-    if (st == TDL_OK)
-        guide(t, true, out, v);
-    free(out);
     return st;
 }
 
-/* The velocities of the k active trajectories ts[j] at xs[j] and times[j]: their rows in one
- * forward on the whole group (or, for one guided trajectory with cfg_parallel on an even group,
- * on its two halves at once). out: room for every block's rows. */
-static tdl_status_t batch_velocity(const dit_model_t *m, gfc_group_t *g, bool cfg_parallel,
-                                   serve_traj_t *const *ts, int k, float *const *xs,
-                                   const float *times, float **vs, traj_rows_t *rs, float *out)
+/* The raw outputs of the k active trajectories ts[j] at xs[j] and times[j]: for each in turn, its
+ * n images' conditional rows and, guided, their unconditional twins (co channels an image). One
+ * forward on the whole group, or for one guided trajectory with cfg_parallel on an even group,
+ * its two halves at once. */
+static tdl_status_t batch_outputs(const dit_model_t *m, gfc_group_t *g, bool cfg_parallel,
+                                  serve_traj_t *const *ts, int k, float *const *xs,
+                                  const float *times, traj_rows_t *rs, float *out)
 {
-    if (k == 1 && cfg_parallel && g && g->size >= 2 && g->size % 2 == 0 &&
-        serve_guided(ts[0]->spec.label, ts[0]->spec.cfg))
-        return cfg_parallel_velocity(m, g, ts[0], xs[0], times[0], vs[0]);
+    if (k == 1 && cfg_parallel && g && g->size >= 2 && g->size % 2 == 0 && traj_guided(ts[0]))
+        return cfg_parallel_outputs(m, g, ts[0], xs[0], times[0], out);
     for (int j = 0; j < k; j++)
         rs[j] = (traj_rows_t){.x = xs[j],
                               .n = ts[j]->n,
                               .label = traj_label(m, ts[j]),
                               .time = times[j],
-                              .twin = serve_guided(ts[j]->spec.label, ts[j]->spec.cfg)};
-    tdl_status_t st = rows_forward(m, g, rs, k, ts[0]->channels, ts[0]->res, ts[0]->spec.id, out);
-    for (size_t j = 0, at = 0; st == TDL_OK && j < (size_t)k; j++) {
-        guide(ts[j], rs[j].twin, out + at, vs[j]);
-        at += (rs[j].twin ? 2 : 1) * serve_traj_values(ts[j]);
+                              .twin = traj_guided(ts[j])};
+    return rows_forward(m, g, rs, k, ts[0]->channels, ts[0]->res, ts[0]->spec.id, out);
+}
+
+/* From one trajectory's block of raw outputs: rectified flow's velocity v[n, C, H, W] (the first
+ * C of the co channels, v_uncond + cfg (v_cond - v_uncond) when guided), or the diffusion's model
+ * output mo[n, co, H, W] as the reference's forward_with_cfg makes it (the conditional rows, their
+ * first min(3, co) channels uncond + cfg (cond - uncond) when guided). */
+static void combine(const dit_model_t *m, const serve_traj_t *t, const float *out, float *dst)
+{
+    int co = dit_config_out_channels(&m->config), c = t->channels;
+    size_t hw = (size_t)t->res * t->res, po = (size_t)co * hw;
+    bool guided = traj_guided(t), diffusion = is_diffusion(t->spec.sampler);
+    size_t keep = diffusion ? po : (size_t)c * hw;        /* floats of an image kept */
+    size_t mix = diffusion ? (size_t)TDL_MIN(3, co) * hw : keep; /* of them guided */
+    float cfg = t->spec.cfg;
+    for (int i = 0; i < t->n; i++) {
+        const float *cd = out + (size_t)i * po, *un = cd + (size_t)t->n * po;
+        float *d = dst + (size_t)i * keep;
+        for (size_t e = 0; e < keep; e++)
+            d[e] = guided && e < mix ? un[e] + cfg * (cd[e] - un[e]) : cd[e];
     }
-    return st;
 }
 
 tdl_status_t serve_task_step_chunk(serve_traj_t *t, const dit_model_t *m, gfc_group_t *g,
@@ -184,6 +196,14 @@ tdl_status_t serve_task_step_chunk(serve_traj_t *t, const dit_model_t *m, gfc_gr
 {
     return serve_task_step_batch(&t, 1, m, g, cfg_parallel, &count);
 }
+
+/* Per trajectory of a batched step: its buffers and, for the Gaussian diffusion, its process. */
+typedef struct member {
+    float *v, *xe, *v2; /* rf: the velocity, Heun's Euler end and its slope; diffusion: v the
+                         * model output (co channels), xe the DDPM noise */
+    dit_diffusion_t *d;
+    int end; /* its chunk's last step + 1 */
+} member_t;
 
 tdl_status_t serve_task_step_batch(serve_traj_t *const *ts, int k, const dit_model_t *m,
                                    gfc_group_t *g, bool cfg_parallel, const int *counts)
@@ -193,6 +213,7 @@ tdl_status_t serve_task_step_batch(serve_traj_t *const *ts, int k, const dit_mod
                                "a batched step of %d trajectories%s: 1 or more, and CFG "
                                "parallelism only for one",
                                k, cfg_parallel ? " with CFG parallelism" : "");
+    int co = dit_config_out_channels(&m->config), sampler = ts[0]->spec.sampler;
     size_t rows_total = 0;
     int rounds = 0;
     for (int j = 0; j < k; j++) {
@@ -200,79 +221,111 @@ tdl_status_t serve_task_step_batch(serve_traj_t *const *ts, int k, const dit_mod
         if (!t->prepared)
             return tdl_error_raise(TDL_ERR_INVALID_ARG, "request %llu: a step before PREPARE",
                                    (unsigned long long)t->spec.id);
-        if (t->res != ts[0]->res || t->channels != ts[0]->channels ||
-            t->spec.sampler != ts[0]->spec.sampler)
+        if (t->res != ts[0]->res || t->channels != ts[0]->channels || t->spec.sampler != sampler)
             return tdl_error_raise(TDL_ERR_INVALID_ARG,
                                    "request %llu: batched with request %llu of another "
                                    "resolution or sampler",
                                    (unsigned long long)t->spec.id,
                                    (unsigned long long)ts[0]->spec.id);
-        rows_total += 2 * serve_traj_values(t);
+        tdl_status_t cs = dit_sampler_check((dit_sampler_kind_t)t->spec.sampler,
+                                            m->config.objective);
+        if (cs != TDL_OK)
+            return tdl_error_raise(cs, "request %llu: %s", (unsigned long long)t->spec.id,
+                                   tdl_error_get());
+        rows_total += 2 * (size_t)t->n * co * t->res * t->res;
         rounds = TDL_MAX(rounds, TDL_MIN(t->spec.steps, t->step + counts[j]) - t->step);
     }
-    bool heun = ts[0]->spec.sampler == DIT_SAMPLER_HEUN;
-    /* per trajectory: v, and for Heun the Euler end xe and its slope v2 */
-    float **buf = calloc((size_t)3 * k, sizeof(float *)), **xs = calloc((size_t)k, sizeof(float *));
-    float **vs = calloc((size_t)k, sizeof(float *)), *times = calloc((size_t)k, sizeof(float));
+    bool heun = sampler == DIT_SAMPLER_HEUN, diffusion = is_diffusion(sampler);
+    member_t *mb = calloc((size_t)k, sizeof(*mb));
+    float **xs = calloc((size_t)k, sizeof(float *)), *times = calloc((size_t)k, sizeof(float));
     float *tos = calloc((size_t)k, sizeof(float)), *out = malloc(rows_total * sizeof(float));
     serve_traj_t **act = calloc((size_t)k, sizeof(*act));
-    int *idx = calloc((size_t)k, sizeof(int)), *ends = calloc((size_t)k, sizeof(int));
+    int *idx = calloc((size_t)k, sizeof(int));
     traj_rows_t *rs = calloc((size_t)k, sizeof(*rs));
-    bool ok = buf && xs && vs && times && tos && out && act && idx && ends && rs;
-    for (int j = 0; ok && j < k; j++) {
-        ends[j] = TDL_MIN(ts[j]->spec.steps, ts[j]->step + counts[j]);
-        size_t nv = serve_traj_values(ts[j]);
-        for (int b = 0; ok && b < (heun ? 3 : 1); b++)
-            ok = (buf[3 * j + b] = malloc(nv * sizeof(float))) != NULL;
+    tdl_status_t st = mb && xs && times && tos && out && act && idx && rs
+                          ? TDL_OK
+                          : tdl_error_raise(TDL_ERR_NOMEM, "request %llu: out of memory for a step",
+                                            (unsigned long long)ts[0]->spec.id);
+    for (int j = 0; st == TDL_OK && j < k; j++) {
+        size_t nv = serve_traj_values(ts[j]), nvo = nv / (size_t)ts[j]->channels * (size_t)co;
+        mb[j].end = TDL_MIN(ts[j]->spec.steps, ts[j]->step + counts[j]);
+        bool fine = (mb[j].v = malloc((diffusion ? nvo : nv) * sizeof(float))) != NULL;
+        if (fine && (heun || sampler == DIT_SAMPLER_DDPM))
+            fine = (mb[j].xe = malloc(nv * sizeof(float))) != NULL;
+        if (fine && heun)
+            fine = (mb[j].v2 = malloc(nv * sizeof(float))) != NULL;
+        if (!fine)
+            st = tdl_error_raise(TDL_ERR_NOMEM, "request %llu: out of memory for a step",
+                                 (unsigned long long)ts[j]->spec.id);
+        if (st == TDL_OK && diffusion)
+            st = dit_diffusion_create(DIT_DIFFUSION_STEPS, ts[j]->spec.steps,
+                                      m->config.learn_sigma, &mb[j].d);
     }
-    tdl_status_t st = TDL_OK;
-    if (!ok)
-        st = tdl_error_raise(TDL_ERR_NOMEM, "request %llu: out of memory for a step",
-                             (unsigned long long)ts[0]->spec.id);
     for (int round = 0; st == TDL_OK && round < rounds; round++) {
         int na = 0; /* the trajectories with a step left in their chunk */
         for (int j = 0; j < k; j++) {
             serve_traj_t *t = ts[j];
-            if (t->step >= ends[j])
+            if (t->step >= mb[j].end)
                 continue;
-            /* from t_from to t_to, the time grid and the updates of dit_sample */
-            float from = 1.0f - (float)t->step / (float)t->spec.steps;
-            float to = 1.0f - (float)(t->step + 1) / (float)t->spec.steps;
-            act[na] = t, idx[na] = j, xs[na] = t->x, vs[na] = buf[3 * j];
-            times[na] = from, tos[na] = to;
+            act[na] = t, idx[na] = j, xs[na] = t->x;
+            if (diffusion) { /* step i is the respaced process's index steps - 1 - i */
+                times[na] = dit_diffusion_model_time(mb[j].d, t->spec.steps - 1 - t->step);
+            } else { /* from t_from to t_to, the time grid and the updates of dit_sample */
+                times[na] = 1.0f - (float)t->step / (float)t->spec.steps;
+                tos[na] = 1.0f - (float)(t->step + 1) / (float)t->spec.steps;
+            }
             na++;
         }
-        if ((st = batch_velocity(m, g, cfg_parallel, act, na, xs, times, vs, rs, out)) != TDL_OK)
+        if ((st = batch_outputs(m, g, cfg_parallel, act, na, xs, times, rs, out)) != TDL_OK)
             break;
+        for (int a = 0, at = 0; a < na; a++) {
+            combine(m, act[a], out + (size_t)at * co * act[a]->res * act[a]->res,
+                    mb[idx[a]].v);
+            at += (traj_guided(act[a]) ? 2 : 1) * act[a]->n;
+        }
         for (int a = 0; a < na; a++) {
             serve_traj_t *t = act[a];
-            size_t nv = serve_traj_values(t);
-            float dt = tos[a] - times[a], *v = buf[3 * idx[a]], *xe = buf[3 * idx[a] + 1];
-            if (!heun)
+            member_t *b = &mb[idx[a]];
+            size_t nv = serve_traj_values(t), hw = (size_t)t->res * t->res;
+            if (diffusion) {
+                int kk = t->spec.steps - 1 - t->step;
+                if (sampler == DIT_SAMPLER_DDPM)
+                    dit_diffusion_step_noise(b->xe, t->n, nv / (size_t)t->n, t->spec.seed, 0, kk);
+                dit_diffusion_step(b->d, (dit_sampler_kind_t)sampler, kk, t->x, b->v,
+                                   sampler == DIT_SAMPLER_DDPM ? b->xe : NULL, t->n, t->channels,
+                                   hw, t->x);
+            } else if (!heun) {
+                float dt = tos[a] - times[a];
                 for (size_t e = 0; e < nv; e++)
-                    t->x[e] += dt * v[e];
-            else
+                    t->x[e] += dt * b->v[e];
+            } else {
+                float dt = tos[a] - times[a];
                 for (size_t e = 0; e < nv; e++)
-                    xe[e] = t->x[e] + dt * v[e];
-            xs[a] = xe, vs[a] = buf[3 * idx[a] + 2];
+                    b->xe[e] = t->x[e] + dt * b->v[e];
+                xs[a] = b->xe;
+            }
         }
         if (heun) {
-            if ((st = batch_velocity(m, g, cfg_parallel, act, na, xs, tos, vs, rs, out)) != TDL_OK)
+            if ((st = batch_outputs(m, g, cfg_parallel, act, na, xs, tos, rs, out)) != TDL_OK)
                 break;
-            for (int a = 0; a < na; a++) {
+            for (int a = 0, at = 0; a < na; a++) {
                 serve_traj_t *t = act[a];
-                float dt = tos[a] - times[a], *v = buf[3 * idx[a]], *v2 = buf[3 * idx[a] + 2];
+                member_t *b = &mb[idx[a]];
+                combine(m, t, out + (size_t)at * co * t->res * t->res, b->v2);
+                at += (traj_guided(t) ? 2 : 1) * t->n;
+                float dt = tos[a] - times[a];
                 for (size_t e = 0; e < serve_traj_values(t); e++)
-                    t->x[e] += 0.5f * dt * (v[e] + v2[e]);
+                    t->x[e] += 0.5f * dt * (b->v[e] + b->v2[e]);
             }
         }
         for (int a = 0; a < na; a++)
             act[a]->step++;
     }
-    for (int j = 0; buf && j < 3 * k; j++)
-        free(buf[j]);
-    free(buf), free(xs), free(vs), free(times), free(tos), free(out), free(act), free(idx);
-    free(ends), free(rs);
+    for (int j = 0; mb && j < k; j++) {
+        free(mb[j].v), free(mb[j].xe), free(mb[j].v2);
+        dit_diffusion_free(mb[j].d);
+    }
+    free(mb), free(xs), free(times), free(tos), free(out), free(act), free(idx), free(rs);
     return st;
 }
 
