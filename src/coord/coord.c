@@ -484,6 +484,7 @@ void coord_sched_request_of(const serve_request_params_t *p, double now, coord_s
                                    .n = p->n * (g ? 2 : 1),
                                    .steps = p->steps,
                                    .step_evals = p->sampler == DIT_SAMPLER_HEUN ? 2 : 1,
+                                   .sampler = (int)p->sampler,
                                    .deadline_s =
                                        p->deadline_ms > 0 ? now + (double)p->deadline_ms / 1e3 : 0,
                                    .priority = p->priority};

@@ -45,6 +45,7 @@ typedef struct coord_policy_request {
     coord_policy_class_t cls; /* from the resolution: 32 S, 64 M, 128 L */
     int last_degree;          /* degree of the last task placed; 0 before the first */
     double step_evals;        /* model evaluations per step: 1 Euler, 2 Heun (0 reads as 1) */
+    int sampler;              /* dit_sampler_kind_t (the scheduler's, for batching) */
     bool running;             /* a task of it is running on ranks[] */
     const int *ranks;         /* the ranks of the running task, else of the last one (state) */
     int nranks;

@@ -613,7 +613,8 @@ tdl_status_t coord_rank0_run(const coord_rank0_opts_t *o, int world, dit_model_t
                              serve_dispatcher_t *d, volatile sig_atomic_t *stop, bool *bad_input)
 {
     const dit_config_t *c = &m->config;
-    serve_limits_t lim = {.num_classes = c->num_classes,
+    serve_limits_t lim = {.objective = c->objective,
+                          .num_classes = c->num_classes,
                           .max_resolution = o->max_resolution,
                           .default_resolution = 32,
                           .default_steps = o->default_steps,

@@ -97,6 +97,7 @@ static bool may_join(const coord_sched_t *s, const coord_policy_request_t *r,
         return false;
     if (q->running || (q->next != COORD_POLICY_TASK_STEP_CHUNK && !first) || q->id == r->id ||
         q->resolution != r->resolution || q->step_evals != r->step_evals ||
+        q->sampler != r->sampler ||
         rows + q->n > s->cfg.batch_rows)
         return false;
     for (int i = 0; q->steps_done > 0 && i < q->nranks; i++)
@@ -335,6 +336,7 @@ tdl_status_t coord_sched_arrive(coord_sched_t *s, double now, const coord_sched_
     r->n = q->n;
     r->steps_total = q->steps;
     r->step_evals = q->step_evals > 0 ? q->step_evals : 1;
+    r->sampler = q->sampler;
     r->next = COORD_POLICY_TASK_PREPARE;
     r->arrival_s = now;
     r->deadline_s = q->deadline_s;

@@ -57,6 +57,7 @@ typedef struct coord_sched_config {
 typedef struct coord_sched_request {
     int resolution, n, steps; /* n: images, guidance's doubled batch included */
     double step_evals;        /* model evaluations per step: 1 Euler, 2 Heun (0: 1) */
+    int sampler;              /* dit_sampler_kind_t: only chunks of one sampler batch together */
     double deadline_s;        /* absolute, on the caller's clock; 0: none */
     int priority;
 } coord_sched_request_t;

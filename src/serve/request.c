@@ -153,15 +153,21 @@ static tdl_status_t request_from_json(json_t *root, const serve_limits_t *lim,
         if (!(cfg >= 0 && cfg <= SERVE_MAX_CFG))
             return field_error(err, "cfg", "'cfg' must be in [0, %g], got %g", SERVE_MAX_CFG, cfg);
     }
-    p->sampler = DIT_SAMPLER_HEUN;
+    bool rf = lim->objective == DIT_OBJECTIVE_RF;
+    p->sampler = rf ? DIT_SAMPLER_HEUN : DIT_SAMPLER_DDPM;
     if ((v = json_object_get(root, "sampler")) && !json_is_null(v)) {
         if (!json_is_string(v))
             return field_error(err, "sampler", "'sampler' must be a string, got %s",
                                json_type_name(v));
-        if (strcmp(json_string_value(v), "euler") == 0)
-            p->sampler = DIT_SAMPLER_EULER;
-        else if (strcmp(json_string_value(v), "heun") != 0)
-            return field_error(err, "sampler", "'sampler' must be \"euler\" or \"heun\"");
+        dit_sampler_kind_t kind;
+        if (dit_sampler_parse(json_string_value(v), &kind) != TDL_OK ||
+            dit_sampler_check(kind, lim->objective) != TDL_OK)
+            return field_error(err, "sampler",
+                               "'sampler' must be %s for this model (trained with the %s "
+                               "objective), got '%.32s'",
+                               rf ? "\"euler\" or \"heun\"" : "\"ddpm\" or \"ddim\"",
+                               dit_objective_name(lim->objective), json_string_value(v));
+        p->sampler = kind;
     }
     if ((v = json_object_get(root, "id")) && !json_is_null(v)) {
         if (!json_is_string(v))

@@ -51,6 +51,9 @@ typedef struct serve_limits {
     int default_resolution;
     int default_steps;
     double default_cfg;
+    /* what the model predicts: its samplers are euler and heun (rectified flow, heun by
+     * default) or ddpm and ddim (the Gaussian diffusion, ddpm by default) */
+    dit_objective_t objective;
 } serve_limits_t;
 
 /* Which field of a request was wrong, and how; field is "body" when the text is not a JSON

@@ -205,8 +205,8 @@ tdl_status_t train_weights_save(const char *path, const dit_model_t *model, cons
  * Refusals (TDL_ERR_CORRUPT; TDL_ERR_MISMATCH for a newer format_version or another kind of DiT)
  * name the file and the attribute. What every loader reads a configuration with. */
 tdl_status_t train_weights_config(const char *path, dit_config_t *config_out);
-/* Whether src/serve can serve the model: rectified flow without learn_sigma (its steps are
- * Euler and Heun on outputs of in_channels channels); TDL_ERR_UNSUPPORTED says why not. */
+/* Whether src/serve can serve the model: rectified flow (Euler, Heun) or the Gaussian diffusion
+ * (DDPM, DDIM), learn_sigma or not; TDL_ERR_UNSUPPORTED says why not. */
 tdl_status_t train_config_servable(const dit_config_t *config);
 /* Builds the model the file describes (train_weights_config; sized for max_batch images of up to
  * max_resolution, 0: its training resolution) and loads group "model" or "ema", checking every

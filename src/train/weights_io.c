@@ -412,12 +412,9 @@ tdl_status_t train_tensors_read(const char *path, const char *group, const dit_m
 
 tdl_status_t train_config_servable(const dit_config_t *c)
 {
-    if (c->learn_sigma || c->objective != DIT_OBJECTIVE_RF)
-        return tdl_error_raise(TDL_ERR_UNSUPPORTED,
-                               "model %s (objective %s, learn_sigma %d): serving steps rectified "
-                               "flow on outputs of in_channels channels only; sample it with "
-                               "tidal generate",
-                               c->name, dit_objective_name(c->objective), c->learn_sigma);
+    if (c->objective != DIT_OBJECTIVE_RF && c->objective != DIT_OBJECTIVE_DDPM)
+        return tdl_error_raise(TDL_ERR_UNSUPPORTED, "model %s: objective %d is not one tidal serves",
+                               c->name, (int)c->objective);
     return TDL_OK;
 }
 
