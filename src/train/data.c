@@ -111,6 +111,11 @@ bool train_dataset_is_latent(const train_dataset_t *ds)
     return ds->latents != NULL;
 }
 
+int32_t train_dataset_label(const train_dataset_t *ds, size_t index)
+{
+    return index < ds->n ? ds->labels[index] : -1;
+}
+
 const uint8_t *train_dataset_pixels(const train_dataset_t *ds, size_t index)
 {
     if (!ds->pixels || index >= ds->n)

@@ -57,6 +57,8 @@ bool train_dataset_is_latent(const train_dataset_t *ds);
 /* Image index's stored pixels, uint8 [C, H, W] (train_dataset_shape), not padded; NULL for a
  * latent data set or an index out of range. */
 const uint8_t *train_dataset_pixels(const train_dataset_t *ds, size_t index);
+/* The label of item index, or -1 for an index out of range. */
+int32_t train_dataset_label(const train_dataset_t *ds, size_t index);
 
 void train_dataset_free(train_dataset_t *ds);
 
@@ -107,6 +109,27 @@ tdl_status_t train_latent_writer_put(train_latent_writer_t *w, size_t first, siz
 tdl_status_t train_latent_writer_close(train_latent_writer_t *w, int num_classes);
 /* Removes the temporary file and frees w. */
 void train_latent_writer_abort(train_latent_writer_t *w);
+
+/* ==== images for the VAE's encoder (src/train/images.c, doc/vae.md) ====================== */
+
+/* uint8 [channels, height, width], planar. */
+typedef struct train_image {
+    int channels, height, width;
+    uint8_t *pixels;
+} train_image_t;
+
+void train_image_free(train_image_t *img);
+/* A PNG file as 8-bit RGB (3 channels), as PIL's convert("RGB") makes it: palette expanded, gray
+ * replicated, alpha dropped, 16 bits cut to 8. */
+tdl_status_t train_image_read_png(const char *path, train_image_t *out);
+/* PIL's Image.resize to ow x oh with its BICUBIC (bicubic true) or BOX filter, antialiased, in
+ * its 8-bit fixed-point arithmetic: horizontal pass, then vertical, each rounded to uint8. */
+tdl_status_t train_image_resize(const train_image_t *in, int ow, int oh, bool bicubic,
+                                train_image_t *out);
+/* The reference DiT's center_crop_arr: BOX halving while the short side >= 2 * res, BICUBIC to a
+ * short side of res (the long one round(side * res / short)), then the centre res x res into
+ * out [channels, res, res]. */
+tdl_status_t train_image_center_crop(const train_image_t *in, int res, uint8_t *out);
 
 /* ==== the VAE's weights in HDF5 (src/train/vae_io.c, doc/vae.md) ======================== */
 

@@ -13,6 +13,8 @@
  *       WEIGHTS: both halves; OUT gets decode(encode mean), N x 3 x H x W float32
  *   vae_ref save BLOCKS LAYERS GROUPS PARTS WEIGHTS FILE.h5
  *       the tensors as a tidal VAE weights file (doc/vae.md)
+ *   vae_ref crop IN.png RES OUT
+ *       the reference DiT's center crop of a PNG to RES x RES, uint8 [3, RES, RES] raw
  *   vae_ref time BLOCKS LAYERS GROUPS H W REPEATS [WEIGHTS]
  *       random weights (or WEIGHTS, the decoder's); the median time of one decode of one latent,
  *       in ms
@@ -68,6 +70,21 @@ static int read_floats(const char *path, float *dst, size_t n)
 
 int main(int argc, char **argv)
 {
+    if (argc == 5 && !strcmp(argv[1], "crop")) { /* crop IN.png RES OUT: the center crop, raw */
+        train_image_t img;
+        int res = atoi(argv[3]);
+        uint8_t *out = malloc((size_t)3 * res * res);
+        if (!out || train_image_read_png(argv[2], &img) != TDL_OK)
+            return fail("crop");
+        tdl_status_t st = train_image_center_crop(&img, res, out);
+        train_image_free(&img);
+        FILE *f = st == TDL_OK ? fopen(argv[4], "wb") : NULL;
+        int rc = !f || fwrite(out, 1, (size_t)3 * res * res, f) != (size_t)3 * res * res;
+        if (f)
+            rc |= fclose(f) != 0;
+        free(out);
+        return rc ? fail("crop") : 0;
+    }
     if (argc < 5) {
         fprintf(stderr, "usage: vae_ref names|decode|time BLOCKS LAYERS GROUPS ...\n");
         return 2;
