@@ -468,7 +468,9 @@ static bool attr_write(hid_t obj, const char *key, hid_t type, const void *v)
 static bool attr_string(hid_t obj, const char *key, const char *s)
 {
     hid_t t = H5Tcopy(H5T_C_S1);
-    bool good = t >= 0 && H5Tset_size(t, strlen(s) + 1) >= 0 && attr_write(obj, key, t, s);
+    /* variable length, as ckpt writes its strings: h5py reads them as str */
+    bool good = t >= 0 && H5Tset_size(t, H5T_VARIABLE) >= 0 && H5Tset_cset(t, H5T_CSET_UTF8) >= 0 &&
+                attr_write(obj, key, t, &s);
     if (t >= 0)
         H5Tclose(t);
     return good;

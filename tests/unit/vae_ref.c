@@ -12,7 +12,7 @@
  *   vae_ref roundtrip BLOCKS LAYERS GROUPS WEIGHTS IMAGES N H W OUT
  *       WEIGHTS: both halves; OUT gets decode(encode mean), N x 3 x H x W float32
  *   vae_ref save BLOCKS LAYERS GROUPS PARTS WEIGHTS FILE.h5
- *       the tensors as a tidal VAE weights file (doc/vae.md)
+ *       the tensors as a tidal VAE weights file (doc/vae.md); WEIGHTS "random": seed 1
  *   vae_ref crop IN.png RES OUT
  *       the reference DiT's center crop of a PNG to RES x RES, uint8 [3, RES, RES] raw
  *   vae_ref time BLOCKS LAYERS GROUPS H W REPEATS [WEIGHTS]
@@ -133,7 +133,10 @@ int main(int argc, char **argv)
         free(res);
         free(img);
     } else if (!strcmp(cmd, "save") && argc == 8) {
-        rc = read_floats(argv[6], vae->params, vae->num_params);
+        if (!strcmp(argv[6], "random"))
+            dit_vae_init_weights(vae, 1);
+        else
+            rc = read_floats(argv[6], vae->params, vae->num_params);
         if (!rc && train_vae_save(argv[7], vae) != TDL_OK)
             rc = fail("save");
     } else if (strcmp(argv[1], "names") == 0) {
