@@ -28,6 +28,9 @@
 #include "dit/vae.h"
 #include "train/train.h"
 
+/* OpenBLAS's name of the kernels it chose for this CPU, where the BLAS is OpenBLAS. */
+extern char *openblas_get_corename(void) __attribute__((weak));
+
 static int fail(const char *what)
 {
     fprintf(stderr, "vae_ref: %s: %s\n", what, tdl_error_get());
@@ -185,6 +188,8 @@ int main(int argc, char **argv)
                    "buffers\n",
                    h, w, h * s, w * s, tdl_median(ms, (size_t)reps), reps, vae->num_params,
                    (double)dit_vae_decode_bytes(&c, h, w) / (1 << 20));
+        if (!rc)
+            printf("blas core: %s\n", openblas_get_corename ? openblas_get_corename() : "unknown");
         free(ms);
         free(rgb);
         free(lat);
