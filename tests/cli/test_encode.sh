@@ -73,6 +73,14 @@ if [ -d /usr/share/datasets/fashion-mnist ]; then
     check "progress lines 2/5, 4/5, 5/5" sh -c "grep -q '2/5 images' '$dir/fm.out' &&
         grep -q '4/5 images' '$dir/fm.out' && grep -q '5/5 images' '$dir/fm.out'"
     check "the summary names the layout" grep -q 'latents \[5, 4, 2, 2\] float32' "$dir/fm.out"
+    # where the BLAS is OpenBLAS (vae_ref names its core) and the CPU has AVX-512
+    if grep -q avx512f /proc/cpuinfo 2>/dev/null &&
+        OPENBLAS_CORETYPE=Haswell "$ref" time 32,64 1 8 2 2 1 | grep -q 'blas core: Haswell'; then
+        OPENBLAS_CORETYPE=Haswell "$TIDAL" encode --data fmnist --limit 1 --resolution 8 \
+            --vae random:1 -o "$dir/h.h5" >"$dir/h.out" 2>&1
+        check "on this AVX-512 CPU, OPENBLAS_CORETYPE=Haswell draws a hint on the first line" \
+            grep -q 'OPENBLAS_CORETYPE=Haswell keeps OpenBLAS off its AVX-512' "$dir/h.out"
+    fi
     "$TIDAL" encode --data fmnist --limit 5 --resolution 16 --vae random:3 --latent mean \
         -o "$dir/fm_mean.h5" >/dev/null 2>&1
     "$TIDAL" train --data "$dir/fm.h5" --model DiT-S/2 --steps 1 --batch 2 --micro-batch 2 \
