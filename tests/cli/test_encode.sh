@@ -205,4 +205,33 @@ print(f"{'ok' if cdiff == 0 and worst < 1e-4 else 'bad'}: crops differ from PIL'
 PY`
 check "the PNG folders: PIL's center_crop_arr byte for byte, PyTorch's mean latents within 1e-4, labels ($out)" \
     starts_ok "$out"
+
+# An HDF5 image data set encodes to the bytes its images give as PNG files
+"$py" - "$dir" <<'PY'
+import os, sys, h5py, numpy as np
+from PIL import Image
+d = sys.argv[1]
+rng = np.random.default_rng(9)
+imgs = rng.integers(0, 256, size=(3, 3, 24, 24), dtype=np.uint8)
+os.makedirs(f"{d}/sq", exist_ok=True)
+for i, im in enumerate(imgs):
+    Image.fromarray(im.transpose(1, 2, 0)).save(f"{d}/sq/{i}.png")
+with h5py.File(f"{d}/sq.h5", "w") as f:
+    f["images"] = imgs
+    f["labels"] = np.array([1, 0, 1], dtype=np.int32)
+open(f"{d}/sq.txt", "w").write("0.png 1\n1.png 0\n2.png 1\n")
+PY
+"$TIDAL" encode --data "$dir/sq.h5" --vae "$dir/torch.h5" --resolution 16 --latent mean \
+    -o "$dir/sq_h5.h5" >/dev/null 2>"$dir/sq.err"; rc1=$?
+"$TIDAL" encode --data "$dir/sq" --labels "$dir/sq.txt" --vae "$dir/torch.h5" --resolution 16 \
+    --latent mean -o "$dir/sq_png.h5" >/dev/null 2>>"$dir/sq.err"; rc2=$?
+out=`"$py" - "$dir" <<'PY' 2>&1
+import sys, h5py, numpy as np
+d = sys.argv[1]
+with h5py.File(f"{d}/sq_h5.h5") as a, h5py.File(f"{d}/sq_png.h5") as b:
+    same = np.array_equal(a["latents"][:], b["latents"][:]) and list(a["labels"][:]) == [1, 0, 1]
+    print(("ok" if same else "bad") + f": {a['latents'].shape}, labels {list(a['labels'][:])}")
+PY`
+check "an HDF5 image data set (3x24x24) and the same images as PNG files give the same latents ($rc1 $rc2 $out)" \
+    starts_ok "$out"
 done_testing
