@@ -817,7 +817,8 @@ static void encode_one(vae_ws_t *ws, const float *rgb, int h, int w, float *mome
     conv(ws, "quant_conv", moments, ws->t2, z, z, h, w, 1, false);
 }
 
-/* Runs the encoder over the batch; per image, finish(moments of that image, i) writes out. */
+/* The encoder over the batch: each image's moments into out (moments_only), or its latents, the
+ * mean or a sample, scaled. */
 static tdl_status_t encode_batch(const dit_vae_t *vae, const float *rgb, int n, int h, int w,
                                  const dit_vae_sample_t *sample, float *out, bool moments_only)
 {
