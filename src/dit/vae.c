@@ -254,12 +254,12 @@ tdl_status_t dit_vae_create_parts(const dit_vae_config_t *config, int parts, dit
         return st;
     vae_list_t count = {0};
     vae_list_build(config, parts, &count);
-    dit_vae_t *v = calloc(1, sizeof(*v));
+    dit_vae_t *v = tdl_calloc(1, sizeof(*v));
     if (!v)
         goto err_nomem;
     v->config = *config;
     v->parts = parts;
-    v->infos = calloc((size_t)count.n, sizeof(*v->infos));
+    v->infos = tdl_calloc((size_t)count.n, sizeof(*v->infos));
     v->params = tensor_alloc(count.offset);
     if (!v->infos || !v->params)
         goto err_free;

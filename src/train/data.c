@@ -87,7 +87,7 @@ tdl_status_t train_dataset_create_latents(size_t n, int channels, int height, in
             st = tdl_error_raise(TDL_ERR_INVALID_ARG,
                                  "latent data set: label %d of latent %zu is outside [0, %d)",
                                  (int)labels[i], i, num_classes);
-    train_dataset_t *ds = st == TDL_OK ? calloc(1, sizeof(*ds)) : NULL;
+    train_dataset_t *ds = st == TDL_OK ? tdl_calloc(1, sizeof(*ds)) : NULL;
     if (st == TDL_OK && !ds)
         st = tdl_error_raise(TDL_ERR_NOMEM, "latent data set: out of memory");
     if (st != TDL_OK) {

@@ -159,7 +159,7 @@ static tdl_status_t h5_read_latents(h5_load_t *ld, size_t *n_out, int *c_out, in
                                (unsigned long long)d[2], (unsigned long long)d[3], H5_HINT);
     size_t per = (size_t)(d[1] * d[2] * d[3]);
     if (d[0] > SIZE_MAX / per / sizeof(float) ||
-        !(ld->latents = malloc((size_t)d[0] * per * sizeof(float))))
+        !(ld->latents = tdl_malloc((size_t)d[0] * per * sizeof(float))))
         return tdl_error_raise(TDL_ERR_NOMEM, "%s: cannot allocate /latents", ld->path);
     if (H5Dread(ld->dimages, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, ld->latents) < 0)
         return tdl_error_raise(TDL_ERR_IO, "%s: cannot read /latents (damaged file?)", ld->path);
@@ -380,17 +380,17 @@ tdl_status_t train_latent_writer_open(const char *path, size_t n, const train_la
     if (!path || !info || !out || n == 0 || info->channels < 1 || info->height < 1 ||
         info->width < 1)
         return tdl_error_raise(TDL_ERR_INVALID_ARG, "train_latent_writer_open: bad arguments");
-    train_latent_writer_t *w = calloc(1, sizeof(*w));
+    train_latent_writer_t *w = tdl_calloc(1, sizeof(*w));
     if (!w)
         return tdl_error_raise(TDL_ERR_NOMEM, "%s: out of memory", path);
     w->file = w->dlat = w->dlab = H5I_INVALID_HID;
     w->n = n;
     w->info = *info;
     size_t len = strlen(path) + 32;
-    w->path = strdup(path);
-    w->tmp = malloc(len);
-    w->sample = strdup(info->sample ? info->sample : "");
-    w->source = strdup(info->source ? info->source : "");
+    w->path = tdl_strdup(path);
+    w->tmp = tdl_malloc(len);
+    w->sample = tdl_strdup(info->sample ? info->sample : "");
+    w->source = tdl_strdup(info->source ? info->source : "");
     if (!w->path || !w->tmp || !w->sample || !w->source) {
         writer_free(w, false);
         return tdl_error_raise(TDL_ERR_NOMEM, "%s: out of memory", path);

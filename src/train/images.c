@@ -70,8 +70,8 @@ static int png_decode(FILE *f, png_read_err_t *err, uint8_t **pixels_out, png_by
     int w = (int)png_get_image_width(png, info), h = (int)png_get_image_height(png, info);
     if (png_get_channels(png, info) != 3 || png_get_bit_depth(png, info) != 8)
         png_error(png, "cannot convert to 8-bit RGB");
-    *pixels_out = malloc((size_t)w * h * 3);
-    *rows_out = malloc((size_t)h * sizeof(png_bytep));
+    *pixels_out = tdl_malloc((size_t)w * h * 3);
+    *rows_out = tdl_malloc((size_t)h * sizeof(png_bytep));
     if (!*pixels_out || !*rows_out)
         png_error(png, "out of memory");
     for (int y = 0; y < h; y++)
@@ -106,7 +106,7 @@ tdl_status_t train_image_read_png(const char *path, train_image_t *out)
         free(interleaved);
         return tdl_error_raise(TDL_ERR_CORRUPT, "%s: cannot decode the PNG: %s", path, err.msg);
     }
-    uint8_t *planar = malloc((size_t)w * h * 3);
+    uint8_t *planar = tdl_malloc((size_t)w * h * 3);
     if (!planar) {
         free(interleaved);
         return tdl_error_raise(TDL_ERR_NOMEM, "%s: out of memory for %dx%d pixels", path, w, h);
@@ -151,9 +151,9 @@ static int coeffs_make(int in_size, int out_size, bool bicubic, coeffs_t *c)
     double scale = (double)in_size / out_size, filterscale = scale < 1.0 ? 1.0 : scale;
     double support = (bicubic ? 2.0 : 0.5) * filterscale;
     c->ksize = (int)ceil(support) * 2 + 1;
-    c->bounds = malloc((size_t)out_size * 2 * sizeof(int));
-    c->k = calloc((size_t)out_size * c->ksize, sizeof(int32_t));
-    double *kd = malloc((size_t)c->ksize * sizeof(double));
+    c->bounds = tdl_malloc((size_t)out_size * 2 * sizeof(int));
+    c->k = tdl_calloc((size_t)out_size * c->ksize, sizeof(int32_t));
+    double *kd = tdl_malloc((size_t)c->ksize * sizeof(double));
     if (!c->bounds || !c->k || !kd) {
         free(kd);
         return -1;
@@ -228,7 +228,7 @@ tdl_status_t train_image_resize(const train_image_t *in, int ow, int oh, bool bi
     int c = in->channels, w = in->width, h = in->height;
     if (ow < 1 || oh < 1 || ow > 16384 || oh > 16384)
         return tdl_error_raise(TDL_ERR_INVALID_ARG, "resize to %dx%d", ow, oh);
-    uint8_t *mid = malloc((size_t)c * h * ow), *res = malloc((size_t)c * oh * ow);
+    uint8_t *mid = tdl_malloc((size_t)c * h * ow), *res = tdl_malloc((size_t)c * oh * ow);
     coeffs_t cx = {0}, cy = {0};
     tdl_status_t st = TDL_OK;
     if (!mid || !res || coeffs_make(w, ow, bicubic, &cx) || coeffs_make(h, oh, bicubic, &cy)) {
@@ -260,7 +260,7 @@ tdl_status_t train_image_center_crop(const train_image_t *in, int res, uint8_t *
         return tdl_error_raise(TDL_ERR_INVALID_ARG, "center crop of %dx%d to %d", in->width,
                                in->height, res);
     train_image_t cur = {.channels = in->channels, .height = in->height, .width = in->width};
-    cur.pixels = malloc((size_t)cur.channels * cur.height * cur.width);
+    cur.pixels = tdl_malloc((size_t)cur.channels * cur.height * cur.width);
     if (!cur.pixels)
         return tdl_error_raise(TDL_ERR_NOMEM, "center crop: out of memory");
     memcpy(cur.pixels, in->pixels, (size_t)cur.channels * cur.height * cur.width);

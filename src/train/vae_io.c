@@ -24,7 +24,7 @@ static const char *parts_name(int parts)
 
 static ckpt_tensor_t *tensors_of(const dit_vae_t *vae)
 {
-    ckpt_tensor_t *t = calloc((size_t)vae->ninfos, sizeof(*t));
+    ckpt_tensor_t *t = tdl_calloc((size_t)vae->ninfos, sizeof(*t));
     for (int i = 0; t && i < vae->ninfos; i++) {
         const dit_param_info_t *p = &vae->infos[i];
         t[i].name = p->name;

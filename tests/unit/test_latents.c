@@ -2,8 +2,8 @@
  * both): PIL's resampling on images whose result is known by hand (a constant stays constant,
  * BOX halving averages 2x2 blocks and rounds, a same-size crop is the identity, the crop takes
  * the centre); a latent data set written in pieces and read back by the HDF5 loader, served
- * only at its own resolution; and VAE weights saved and loaded by half, refused when the file
- * lacks the half asked for. */
+ * only at its own resolution; VAE weights saved and loaded by half, refused when the file
+ * lacks the half asked for; and each of those with its allocations failing in turn. */
 #include "config.h"
 
 #include <math.h>
@@ -174,6 +174,85 @@ static void test_vae_file(void)
     dit_vae_free(both);
 }
 
+/* ---- allocations failing in turn (SQLite's test_malloc habit, as test_faults) -----------------
+ */
+
+static int bad; /* failures that were not a clean out-of-memory */
+
+static void clean(tdl_status_t st, const char *what, long n)
+{
+    if (st != TDL_OK && st != TDL_ERR_NOMEM) {
+        bad++;
+        diag("allocation %ld: %s: status %d: %s", n, what, st, tdl_error_get());
+    }
+}
+
+/* 40x30 RGB to 16: BOX halving once, BICUBIC, crop */
+static tdl_status_t crop_run(long n)
+{
+    uint8_t px[3 * 30 * 40], out[3 * 16 * 16];
+    for (size_t i = 0; i < sizeof(px); i++)
+        px[i] = (uint8_t)(i * 7);
+    train_image_t img = {.channels = 3, .height = 30, .width = 40, .pixels = px};
+    tdl_status_t st = train_image_center_crop(&img, 16, out);
+    clean(st, "center crop", n);
+    return st;
+}
+
+/* the encoder and its weights from the file test_vae_file wrote */
+static tdl_status_t vae_run(long n)
+{
+    dit_vae_t *vae = NULL;
+    tdl_status_t st = train_vae_load(tmp_path("both.h5"), DIT_VAE_ENCODER, &vae);
+    clean(st, "VAE load", n);
+    if (st == TDL_OK && vae->ninfos < 10) {
+        bad++;
+        diag("allocation %ld: a VAE of %d tensors", n, vae->ninfos);
+    }
+    dit_vae_free(vae);
+    return st;
+}
+
+static tdl_status_t writer_run(long n)
+{
+    train_latent_info_t info = {.channels = 2, .height = 1, .width = 1, .sample = "mean"};
+    train_latent_writer_t *w = NULL;
+    float z[4] = {1, 2, 3, 4};
+    int32_t lab[2] = {0, 1};
+    tdl_status_t st = train_latent_writer_open(tmp_path("walk.h5"), 2, &info, &w);
+    clean(st, "writer open", n);
+    if (st != TDL_OK)
+        return st;
+    if ((st = train_latent_writer_put(w, 0, 2, z, lab)) != TDL_OK) {
+        clean(st, "writer put", n);
+        train_latent_writer_abort(w);
+        return st;
+    }
+    st = train_latent_writer_close(w, 2);
+    clean(st, "writer close", n);
+    if (st != TDL_OK)
+        return st;
+    train_dataset_t *ds = NULL;
+    st = train_dataset_open_hdf5(tmp_path("walk.h5"), &ds);
+    clean(st, "read back", n);
+    train_dataset_free(ds);
+    return st;
+}
+
+static void walk(const char *what, tdl_status_t (*run)(long))
+{
+    bad = 0;
+    long n;
+    tdl_status_t st = TDL_ERR_NOMEM;
+    for (n = 0; n < 10000 && st != TDL_OK; n++) {
+        tdl_alloc_fail_after(n);
+        st = run(n);
+    }
+    tdl_alloc_fail_after(-1);
+    ok(st == TDL_OK && n > 1, "%s: goes through once %ld allocations succeed", what, n - 1);
+    ok(bad == 0, "%s: each of the %ld failures before that was a clean out-of-memory", what, n - 1);
+}
+
 int main(void)
 {
     snprintf(tmpdir, sizeof(tmpdir), "/tmp/tidal-latents-XXXXXX");
@@ -182,7 +261,10 @@ int main(void)
     test_resize();
     test_latent_set();
     test_vae_file();
-    const char *names[] = {"lat.h5", "both.h5", "dec.h5"};
+    walk("the center crop", crop_run);
+    walk("a VAE file's encoder loaded", vae_run);
+    walk("a latent data set written and read back", writer_run);
+    const char *names[] = {"lat.h5", "both.h5", "dec.h5", "walk.h5"};
     for (size_t i = 0; i < TDL_ARRAY_SIZE(names); i++)
         unlink(tmp_path(names[i]));
     rmdir(tmpdir);
