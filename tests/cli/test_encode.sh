@@ -126,6 +126,15 @@ randomize(model, 7)
 rows = [l.split() for l in open(f"{d}/names.txt")]
 assert not check_names(model, rows), check_names(model, rows)
 write_weights(model, [r[0] for r in rows], f"{d}/w.bin")
+# the same as a state_dict file, with diffusers' names before 0.15 for the encoder's attention
+old = {"to_q": "query", "to_k": "key", "to_v": "value", "to_out.0": "proj_attn"}
+sd = {}
+for k, v in model.state_dict().items():
+    for new, was in old.items():
+        if k.startswith("encoder.mid_block.attentions.0." + new + "."):
+            k = k.replace("." + new + ".", "." + was + ".")
+    sd[k] = v.float()
+torch.save(sd, f"{d}/vae.pt")
 rng = np.random.default_rng(3)
 sizes = {"cat/a.png": (40, 30, "RGB"), "cat/b.png": (17, 23, "L"), "dog/c.png": (64, 64, "RGBA"),
          "dog/d.png": (90, 33, "RGB"), "dog/e.png": (16, 16, "P")}
@@ -205,6 +214,25 @@ print(f"{'ok' if cdiff == 0 and worst < 1e-4 else 'bad'}: crops differ from PIL'
 PY`
 check "the PNG folders: PIL's center_crop_arr byte for byte, PyTorch's mean latents within 1e-4, labels ($out)" \
     starts_ok "$out"
+
+# tools/vae_to_tidal.py: the state_dict file (old attention names) to a VAE file that encodes
+# to the same bytes
+if "$py" -c 'import h5py' >/dev/null 2>&1; then
+    "$py" "$abs_top_srcdir/tools/vae_to_tidal.py" "$dir/vae.pt" "$dir/conv.h5" \
+        --norm-num-groups 8 >"$dir/conv.out" 2>&1; rc=$?
+    check "vae_to_tidal.py converts a state_dict (rc=$rc: `cat "$dir/conv.out"`)" [ $rc = 0 ]
+    "$TIDAL" encode --data "$dir/tree" --vae "$dir/conv.h5" --resolution 16 --latent mean \
+        -o "$dir/tree_conv.h5" >/dev/null 2>"$dir/conv.err"; rc=$?
+    out=`"$py" -c "
+import h5py, numpy as np
+a, b = h5py.File('$dir/tree.h5'), h5py.File('$dir/tree_conv.h5')
+print('ok' if np.array_equal(a['latents'][:], b['latents'][:]) else 'bad')" 2>&1`
+    check "tidal encode with the converted file gives the same latents, bytes (rc=$rc $out)" \
+        starts_ok "$out"
+    "$py" "$abs_top_srcdir/tools/vae_to_tidal.py" "$dir/vae.pt" "$dir/conv_dec.h5" \
+        --parts decoder --norm-num-groups 8 >/dev/null 2>&1
+    usage "decoder only" --data "$dir/tree" --vae "$dir/conv_dec.h5" -o "$dir/u.h5"
+fi
 
 # An HDF5 image data set encodes to the bytes its images give as PNG files
 "$py" - "$dir" <<'PY'
