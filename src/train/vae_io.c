@@ -11,6 +11,7 @@
 
 #include "ckpt/ckpt.h"
 #include "train/train.h"
+#include "train/train_internal.h"
 
 #define VAE_KIND "vae"
 #define VAE_HINT "see doc/vae.md for the VAE weights file"
@@ -24,15 +25,7 @@ static const char *parts_name(int parts)
 
 static ckpt_tensor_t *tensors_of(const dit_vae_t *vae)
 {
-    ckpt_tensor_t *t = tdl_calloc((size_t)vae->ninfos, sizeof(*t));
-    for (int i = 0; t && i < vae->ninfos; i++) {
-        const dit_param_info_t *p = &vae->infos[i];
-        t[i].name = p->name;
-        t[i].ndim = p->ndim;
-        memcpy(t[i].shape, p->shape, sizeof(t[i].shape));
-        t[i].data = vae->params + p->offset;
-    }
-    return t;
+    return train_tensors_of_infos(vae->infos, vae->ninfos, vae->params);
 }
 
 tdl_status_t train_vae_save(const char *path, const dit_vae_t *vae)
