@@ -104,6 +104,12 @@ void ckpt_unlock(void);
  * checkpoints write and read their chunks directly). */
 uint32_t ckpt_fletcher32(const void *data, size_t len);
 
+/* The names of the members of /<group> (datasets and groups alike), sorted: a NULL-terminated
+ * malloc'd array for ckpt_names_free, and their count. Errors as ckpt_weights_read's. */
+tdl_status_t ckpt_group_names(const char *path, const char *group, char ***names_out,
+                              int *count_out);
+void ckpt_names_free(char **names);
+
 /* Whether the file has the group /<group> ("ema"). */
 tdl_status_t ckpt_weights_has_group(const char *path, const char *group, bool *out);
 

@@ -462,3 +462,59 @@ tdl_status_t ckpt_weights_has_group(const char *path, const char *group, bool *o
     ckpt_unlock();
     return st;
 }
+
+static tdl_status_t ckpt_group_names_unlocked(const char *path, const char *group, char ***out,
+                                              int *count_out)
+{
+    ckpt_h5_quiet_t quiet;
+    ckpt_h5_quiet(&quiet);
+    hid_t file = H5I_INVALID_HID, grp = H5I_INVALID_HID;
+    char **names = NULL;
+    int n = 0;
+    H5G_info_t info;
+    tdl_status_t st = ckpt_open_read(path, &file);
+    if (st == TDL_OK)
+        st = ckpt_open_group(path, file, group, &grp);
+    if (st == TDL_OK && H5Gget_info(grp, &info) < 0)
+        st = ckpt_h5_raise(TDL_ERR_CORRUPT, "%s: cannot list /%s", path, group);
+    if (st == TDL_OK && info.nlinks > 100000)
+        st = tdl_error_raise(TDL_ERR_CORRUPT, "%s: /%s has %llu members", path, group,
+                             (unsigned long long)info.nlinks);
+    if (st == TDL_OK && !(names = calloc(info.nlinks + 1, sizeof(*names))))
+        st = tdl_error_raise(TDL_ERR_NOMEM, "%s: out of memory listing /%s", path, group);
+    for (hsize_t i = 0; st == TDL_OK && i < info.nlinks; i++, n++) {
+        ssize_t len =
+            H5Lget_name_by_idx(grp, ".", H5_INDEX_NAME, H5_ITER_INC, i, NULL, 0, H5P_DEFAULT);
+        if (len < 0 || !(names[i] = malloc((size_t)len + 1)) ||
+            H5Lget_name_by_idx(grp, ".", H5_INDEX_NAME, H5_ITER_INC, i, names[i], (size_t)len + 1,
+                               H5P_DEFAULT) < 0)
+            st = ckpt_h5_raise(TDL_ERR_CORRUPT, "%s: cannot read the name of member %llu of /%s",
+                               path, (unsigned long long)i, group);
+    }
+    ckpt_h5_close(&grp);
+    ckpt_h5_close(&file);
+    ckpt_h5_restore(&quiet);
+    if (st != TDL_OK) {
+        ckpt_names_free(names);
+        return st;
+    }
+    *out = names;
+    *count_out = n;
+    return TDL_OK;
+}
+
+tdl_status_t ckpt_group_names(const char *path, const char *group, char ***names_out,
+                              int *count_out)
+{
+    ckpt_lock();
+    tdl_status_t st = ckpt_group_names_unlocked(path, group, names_out, count_out);
+    ckpt_unlock();
+    return st;
+}
+
+void ckpt_names_free(char **names)
+{
+    for (size_t i = 0; names && names[i]; i++)
+        free(names[i]);
+    free(names);
+}

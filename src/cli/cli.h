@@ -29,6 +29,7 @@ typedef struct cli_command {
 extern const cli_command_t cli_cmd_info;
 extern const cli_command_t cli_cmd_train;
 extern const cli_command_t cli_cmd_generate;
+extern const cli_command_t cli_cmd_encode;
 extern const cli_command_t cli_cmd_ckpt;
 extern const cli_command_t cli_cmd_serve;
 extern const cli_command_t cli_cmd_sim;

@@ -18,15 +18,8 @@ static const tdl_param_def_t global_params[] = {
 };
 
 static const cli_command_t *const commands[] = {
-    &cli_cmd_info,
-    &cli_cmd_train,
-    &cli_cmd_generate,
-    &cli_cmd_ckpt,
-    &cli_cmd_serve,
-    &cli_cmd_workload,
-    &cli_cmd_sim,
-    &cli_cmd_profile,
-    &cli_cmd_run,
+    &cli_cmd_info,  &cli_cmd_train,    &cli_cmd_generate, &cli_cmd_encode,  &cli_cmd_ckpt,
+    &cli_cmd_serve, &cli_cmd_workload, &cli_cmd_sim,      &cli_cmd_profile, &cli_cmd_run,
 };
 
 int cli_usage_error(const char *fmt, ...)

@@ -1,8 +1,16 @@
-/* The Stable Diffusion VAE's decoder (diffusers' AutoencoderKL: Decoder, UNetMidBlock2D,
- * UpDecoderBlock2D, ResnetBlock2D, Attention, Upsample2D), one image at a time on the CPU. The
- * tensors are listed once (vae_list_build) in the order the forward runs them; the forward finds
- * each by its diffusers name. */
+/* The Stable Diffusion VAE (diffusers' AutoencoderKL: Encoder with DownEncoderBlock2D and
+ * Downsample2D, Decoder with UpDecoderBlock2D and Upsample2D, both with UNetMidBlock2D,
+ * ResnetBlock2D and Attention; quant_conv and post_quant_conv), one image at a time on the CPU.
+ * The tensors are listed once (vae_list_build) in the order the forwards run them; the forwards
+ * find each by its diffusers name. */
 #include "config.h"
+
+/* Without trapping math GCC turns SiLU's clamps (dit/activation.h) into min and max and
+ * vectorizes the element-wise loops; they were scalar, 11% of a decode. Before the includes, so
+ * that dit_silu is compiled with the same options and inlines into the loops. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
 
 #include <math.h>
 #include <stdlib.h>
@@ -17,10 +25,18 @@
 #define VAE_COLS_FLOATS ((size_t)4 << 20)
 /* Query rows of the mid-block attention whose scores are held at once. */
 #define VAE_ATTN_TILE 256
+/* The element-wise loops (GroupNorm, SiLU, sums, bias, residual) in the widest vectors this CPU
+ * has. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define VAE_VEC __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define VAE_VEC
+#endif
 
 void dit_vae_config_sd(dit_vae_config_t *config_out)
 {
     dit_vae_config_t c = {.latent_channels = 4,
+                          .in_channels = 3,
                           .out_channels = 3,
                           .num_blocks = 4,
                           .block_out_channels = {128, 256, 512, 512},
@@ -35,6 +51,9 @@ tdl_status_t dit_vae_config_check(const dit_vae_config_t *c)
     if (c->latent_channels < 1 || c->latent_channels > 64)
         return tdl_error_raise(TDL_ERR_INVALID_ARG, "VAE: latent_channels = %d is outside 1 to 64",
                                c->latent_channels);
+    if (c->in_channels < 1 || c->in_channels > 64)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG, "VAE: in_channels = %d is outside 1 to 64",
+                               c->in_channels);
     if (c->out_channels < 1 || c->out_channels > 64)
         return tdl_error_raise(TDL_ERR_INVALID_ARG, "VAE: out_channels = %d is outside 1 to 64",
                                c->out_channels);
@@ -143,21 +162,57 @@ static void list_resnet(vae_list_t *l, const char *prefix, int cin, int cout)
     }
 }
 
+/* UNetMidBlock2D: resnets.0, attentions.0, resnets.1, under prefix ("decoder.mid_block"). */
+static void list_mid(vae_list_t *l, const char *prefix, int top)
+{
+    char name[VAE_NAME];
+    const char *attn[] = {"to_q", "to_k", "to_v", "to_out.0"};
+    snprintf(name, sizeof(name), "%s.resnets.0", prefix);
+    list_resnet(l, name, top, top);
+    snprintf(name, sizeof(name), "%s.attentions.0.group_norm", prefix);
+    list_norm(l, name, top);
+    for (int i = 0; i < 4; i++) {
+        snprintf(name, sizeof(name), "%s.attentions.0.%s", prefix, attn[i]);
+        list_linear(l, name, top, top);
+    }
+    snprintf(name, sizeof(name), "%s.resnets.1", prefix);
+    list_resnet(l, name, top, top);
+}
+
+/* The encoder and quant_conv, in the order the forward runs them. */
+static void vae_list_encoder(const dit_vae_config_t *c, vae_list_t *l)
+{
+    int top = c->block_out_channels[c->num_blocks - 1];
+    char name[VAE_NAME];
+    list_conv(l, "encoder.conv_in", c->in_channels, c->block_out_channels[0], 3);
+    int out_ch = c->block_out_channels[0];
+    for (int i = 0; i < c->num_blocks; i++) {
+        int in_ch = out_ch;
+        out_ch = c->block_out_channels[i];
+        for (int j = 0; j < c->layers_per_block; j++) {
+            snprintf(name, sizeof(name), "encoder.down_blocks.%d.resnets.%d", i, j);
+            list_resnet(l, name, j == 0 ? in_ch : out_ch, out_ch);
+        }
+        if (i != c->num_blocks - 1) {
+            snprintf(name, sizeof(name), "encoder.down_blocks.%d.downsamplers.0.conv", i);
+            list_conv(l, name, out_ch, out_ch, 3);
+        }
+    }
+    list_mid(l, "encoder.mid_block", top);
+    list_norm(l, "encoder.conv_norm_out", top);
+    list_conv(l, "encoder.conv_out", top, 2 * c->latent_channels, 3); /* double_z */
+    list_conv(l, "quant_conv", 2 * c->latent_channels, 2 * c->latent_channels, 1);
+}
+
 /* In the order the forward runs them (diffusers' state_dict has up_blocks before mid_block;
  * an importer goes by name). */
-static void vae_list_build(const dit_vae_config_t *c, vae_list_t *l)
+static void vae_list_decoder(const dit_vae_config_t *c, vae_list_t *l)
 {
     int top = c->block_out_channels[c->num_blocks - 1];
     char name[VAE_NAME];
     list_conv(l, "post_quant_conv", c->latent_channels, c->latent_channels, 1);
     list_conv(l, "decoder.conv_in", c->latent_channels, top, 3);
-    list_resnet(l, "decoder.mid_block.resnets.0", top, top);
-    list_norm(l, "decoder.mid_block.attentions.0.group_norm", top);
-    list_linear(l, "decoder.mid_block.attentions.0.to_q", top, top);
-    list_linear(l, "decoder.mid_block.attentions.0.to_k", top, top);
-    list_linear(l, "decoder.mid_block.attentions.0.to_v", top, top);
-    list_linear(l, "decoder.mid_block.attentions.0.to_out.0", top, top);
-    list_resnet(l, "decoder.mid_block.resnets.1", top, top);
+    list_mid(l, "decoder.mid_block", top);
     int out_ch = top;
     for (int i = 0; i < c->num_blocks; i++) {
         int in_ch = out_ch;
@@ -175,23 +230,41 @@ static void vae_list_build(const dit_vae_config_t *c, vae_list_t *l)
     list_conv(l, "decoder.conv_out", c->block_out_channels[0], c->out_channels, 3);
 }
 
+static void vae_list_build(const dit_vae_config_t *c, int parts, vae_list_t *l)
+{
+    if (parts & DIT_VAE_ENCODER)
+        vae_list_encoder(c, l);
+    if (parts & DIT_VAE_DECODER)
+        vae_list_decoder(c, l);
+}
+
 tdl_status_t dit_vae_create(const dit_vae_config_t *config, dit_vae_t **vae_out)
 {
+    return dit_vae_create_parts(config, DIT_VAE_DECODER, vae_out);
+}
+
+tdl_status_t dit_vae_create_parts(const dit_vae_config_t *config, int parts, dit_vae_t **vae_out)
+{
+    if (parts < DIT_VAE_DECODER || parts > DIT_VAE_BOTH)
+        return tdl_error_raise(
+            TDL_ERR_INVALID_ARG,
+            "VAE: parts = %d is not the decoder (1), the encoder (2) or both (3)", parts);
     tdl_status_t st = dit_vae_config_check(config);
     if (st != TDL_OK)
         return st;
     vae_list_t count = {0};
-    vae_list_build(config, &count);
-    dit_vae_t *v = calloc(1, sizeof(*v));
+    vae_list_build(config, parts, &count);
+    dit_vae_t *v = tdl_calloc(1, sizeof(*v));
     if (!v)
         goto err_nomem;
     v->config = *config;
-    v->infos = calloc((size_t)count.n, sizeof(*v->infos));
+    v->parts = parts;
+    v->infos = tdl_calloc((size_t)count.n, sizeof(*v->infos));
     v->params = tensor_alloc(count.offset);
     if (!v->infos || !v->params)
         goto err_free;
     vae_list_t fill = {.infos = v->infos};
-    vae_list_build(config, &fill);
+    vae_list_build(config, parts, &fill);
     v->ninfos = fill.n;
     v->num_params = fill.offset;
     *vae_out = v;
@@ -251,7 +324,7 @@ void dit_vae_init_weights(dit_vae_t *vae, uint64_t seed)
 /* The sum of x[i] - m (squared when sq) over n values: in float lanes over chunks of 256, so
  * that it vectorizes, the chunks added in double, so that a group of 65536 values sums as
  * accurately as one of 256. */
-static double sum_chunked(const float *x, size_t n, float m, bool sq)
+VAE_VEC static double sum_chunked(const float *x, size_t n, float m, bool sq)
 {
     double total = 0;
     for (size_t c0 = 0; c0 < n; c0 += 256) {
@@ -273,6 +346,17 @@ static double sum_chunked(const float *x, size_t n, float m, bool sq)
     return total;
 }
 
+/* y = x * a + b, then SiLU when silu. */
+VAE_VEC static void norm_apply(float *y, const float *x, float a, float b, int n, bool silu)
+{
+    if (silu)
+        for (int i = 0; i < n; i++)
+            y[i] = dit_silu(x[i] * a + b);
+    else
+        for (int i = 0; i < n; i++)
+            y[i] = x[i] * a + b;
+}
+
 void dit_vae_groupnorm_forward(float *out, const float *in, const float *weight, const float *bias,
                                int c, int hw, int groups, bool silu)
 {
@@ -287,12 +371,7 @@ void dit_vae_groupnorm_forward(float *out, const float *in, const float *weight,
             const float *xc = in + (size_t)ch * hw;
             float *yc = out + (size_t)ch * hw;
             float a = rstd * weight[ch], b = bias[ch] - m * a;
-            if (silu)
-                for (int i = 0; i < hw; i++)
-                    yc[i] = dit_silu(xc[i] * a + b);
-            else
-                for (int i = 0; i < hw; i++)
-                    yc[i] = xc[i] * a + b;
+            norm_apply(yc, xc, a, b, hw, silu);
         }
     }
 }
@@ -324,34 +403,84 @@ static void im2col3(float *cols, const float *in, int cin, int h, int w, int r0,
             }
 }
 
+/* cols[Cin*9, (r1-r0)*Wo] of output rows r0 to r1 of the stride-2 convolution of Downsample2D:
+ * output (y, x) tap (ky, kx) reads in[2y + ky][2x + kx], zero past the bottom and right edges
+ * (its padding (0, 1, 0, 1)); nothing is padded at the top or left. */
+static void im2col3_down(float *cols, const float *in, int cin, int h, int w, int wo, int r0,
+                         int r1)
+{
+    size_t ncol = (size_t)(r1 - r0) * wo;
+    for (int ci = 0; ci < cin; ci++)
+        for (int ky = 0; ky < 3; ky++)
+            for (int kx = 0; kx < 3; kx++) {
+                float *row = cols + ((size_t)ci * 9 + ky * 3 + kx) * ncol;
+                for (int y = r0; y < r1; y++) {
+                    float *dst = row + (size_t)(y - r0) * wo;
+                    int sy = 2 * y + ky;
+                    if (sy >= h) {
+                        memset(dst, 0, (size_t)wo * sizeof(float));
+                        continue;
+                    }
+                    const float *src = in + ((size_t)ci * h + sy) * w + kx;
+                    for (int x = 0; x < wo; x++)
+                        dst[x] = 2 * x + kx < w ? src[2 * x] : 0.0f;
+                }
+            }
+}
+
+/* out[Cout, Ho*Wo] holds the bias (or what to add to) already, beta 1, or nothing, beta 0. */
+static void conv3_banded(float *out, const float *in, const float *weight, int cin, int cout, int h,
+                         int w, int stride, float beta, float *cols, size_t cols_floats)
+{
+    int ho = stride == 1 ? h : h / 2, wo = stride == 1 ? w : w / 2;
+    size_t per_row = (size_t)cin * 9 * wo;
+    int band = (int)TDL_MIN((size_t)ho, TDL_MAX((size_t)1, cols_floats / per_row));
+    for (int r0 = 0; r0 < ho; r0 += band) {
+        int r1 = TDL_MIN(ho, r0 + band), ncol = (r1 - r0) * wo;
+        if (stride == 1)
+            im2col3(cols, in, cin, h, w, r0, r1);
+        else
+            im2col3_down(cols, in, cin, h, w, wo, r0, r1);
+        tensor_gemm(false, false, cout, ncol, cin * 9, 1.0f, weight, cin * 9, cols, ncol, beta,
+                    out + (size_t)r0 * wo, ho * wo);
+    }
+}
+
+VAE_VEC static void bias_fill(float *out, const float *bias, int cout, size_t hw, bool accumulate)
+{
+    for (int o = 0; o < cout; o++) {
+        float *y = out + (size_t)o * hw;
+        for (size_t i = 0; i < hw; i++)
+            y[i] = accumulate ? y[i] + bias[o] : bias[o];
+    }
+}
+
 void dit_vae_conv2d_forward(float *out, const float *in, const float *weight, const float *bias,
                             int cin, int cout, int h, int w, int k, bool accumulate, float *cols,
                             size_t cols_floats)
 {
     size_t hw = (size_t)h * w;
     if (bias)
-        for (int o = 0; o < cout; o++) {
-            float *y = out + (size_t)o * hw;
-            for (size_t i = 0; i < hw; i++)
-                y[i] = accumulate ? y[i] + bias[o] : bias[o];
-        }
+        bias_fill(out, bias, cout, hw, accumulate);
     float beta = bias || accumulate ? 1.0f : 0.0f;
     if (k == 1) {
         tensor_gemm(false, false, cout, (int)hw, cin, 1.0f, weight, cin, in, (int)hw, beta, out,
                     (int)hw);
         return;
     }
-    size_t per_row = (size_t)cin * 9 * w;
-    int band = (int)TDL_MIN((size_t)h, TDL_MAX((size_t)1, cols_floats / per_row));
-    for (int r0 = 0; r0 < h; r0 += band) {
-        int r1 = TDL_MIN(h, r0 + band), ncol = (r1 - r0) * w;
-        im2col3(cols, in, cin, h, w, r0, r1);
-        tensor_gemm(false, false, cout, ncol, cin * 9, 1.0f, weight, cin * 9, cols, ncol, beta,
-                    out + (size_t)r0 * w, (int)hw);
-    }
+    conv3_banded(out, in, weight, cin, cout, h, w, 1, beta, cols, cols_floats);
 }
 
-/* ---- the decoder --------------------------------------------------------------------------- */
+void dit_vae_conv2d_down_forward(float *out, const float *in, const float *weight,
+                                 const float *bias, int cin, int cout, int h, int w, float *cols,
+                                 size_t cols_floats)
+{
+    if (bias)
+        bias_fill(out, bias, cout, (size_t)(h / 2) * (w / 2), false);
+    conv3_banded(out, in, weight, cin, cout, h, w, 2, bias ? 1.0f : 0.0f, cols, cols_floats);
+}
+
+/* ---- the forwards --------------------------------------------------------------------------- */
 
 /* One image's buffers: x the activation, t1 and t2 free for a layer's outputs. */
 typedef struct vae_ws {
@@ -393,6 +522,12 @@ static void norm(vae_ws_t *ws, const char *prefix, float *out, const float *in, 
                               param(ws->vae, prefix, "bias"), c, hw, ws->groups, silu);
 }
 
+VAE_VEC static void add_to(float *y, const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] += x[i];
+}
+
 /* ResnetBlock2D, x[Cin, H, W] -> x[Cout, H, W]: shortcut(x) + conv2(silu(norm2(conv1(silu(
  * norm1(x)))))), the shortcut a 1x1 convolution where the channels change. */
 static void resnet_forward(vae_ws_t *ws, const char *prefix, int cin, int cout, int h, int w)
@@ -411,8 +546,7 @@ static void resnet_forward(vae_ws_t *ws, const char *prefix, int cin, int cout, 
         name_join(name, prefix, "conv_shortcut");
         conv(ws, name, ws->t1, ws->x, cin, cout, h, w, 1, true);
     } else {
-        for (size_t i = 0; i < (size_t)cout * hw; i++)
-            ws->t1[i] += ws->x[i];
+        add_to(ws->t1, ws->x, (size_t)cout * hw);
     }
     swap(&ws->x, &ws->t1);
 }
@@ -460,6 +594,18 @@ static void attention_forward(vae_ws_t *ws, const char *prefix, int c, int t)
     for (int ch = 0; ch < c; ch++)
         for (int i = 0; i < t; i++)
             ws->x[(size_t)ch * t + i] += q[(size_t)i * c + ch];
+}
+
+/* UNetMidBlock2D on x[top, h, w]: resnet, attention, resnet. */
+static void mid_forward(vae_ws_t *ws, const char *prefix, int top, int h, int w)
+{
+    char name[VAE_NAME];
+    snprintf(name, sizeof(name), "%s.resnets.0", prefix);
+    resnet_forward(ws, name, top, top, h, w);
+    snprintf(name, sizeof(name), "%s.attentions.0", prefix);
+    attention_forward(ws, name, top, h * w);
+    snprintf(name, sizeof(name), "%s.resnets.1", prefix);
+    resnet_forward(ws, name, top, top, h, w);
 }
 
 static size_t vae_attn_floats(const dit_vae_config_t *c, int h, int w)
@@ -528,9 +674,7 @@ static void decode_one(vae_ws_t *ws, const float *latents, int h, int w, float *
     conv(ws, "decoder.conv_in", ws->t1, ws->x, c->latent_channels, top, h, w, 3, false);
     swap(&ws->x, &ws->t1);
 
-    resnet_forward(ws, "decoder.mid_block.resnets.0", top, top, h, w);
-    attention_forward(ws, "decoder.mid_block.attentions.0", top, (int)hw);
-    resnet_forward(ws, "decoder.mid_block.resnets.1", top, top, h, w);
+    mid_forward(ws, "decoder.mid_block", top, h, w);
 
     char name[VAE_NAME];
     int out_ch = top;
@@ -553,39 +697,182 @@ static void decode_one(vae_ws_t *ws, const float *latents, int h, int w, float *
     conv(ws, "decoder.conv_out", rgb, ws->t1, out_ch, c->out_channels, h, w, 3, false);
 }
 
+/* The call's buffers: x, t1, t2 of act floats each, the columns, the attention's rows. */
+static tdl_status_t ws_alloc(vae_ws_t *ws, const dit_vae_t *vae, size_t act, size_t cols_floats,
+                             size_t attn_floats, const char *what)
+{
+    *ws = (vae_ws_t){.vae = vae, .groups = vae->config.norm_num_groups};
+    ws->cols_floats = cols_floats;
+    ws->x = tensor_alloc(act);
+    ws->t1 = tensor_alloc(act);
+    ws->t2 = tensor_alloc(act);
+    ws->cols = tensor_alloc(cols_floats);
+    ws->attn = tensor_alloc(attn_floats);
+    if (ws->x && ws->t1 && ws->t2 && ws->cols && ws->attn)
+        return TDL_OK;
+    return tdl_error_raise(TDL_ERR_NOMEM, "VAE %s: out of memory for %zu bytes", what,
+                           (3 * act + cols_floats + attn_floats) * sizeof(float));
+}
+
+static void ws_free(vae_ws_t *ws)
+{
+    free(ws->attn);
+    free(ws->cols);
+    free(ws->t2);
+    free(ws->t1);
+    free(ws->x);
+}
+
 tdl_status_t dit_vae_decode(const dit_vae_t *vae, const float *latents, int n, int h, int w,
                             float *rgb)
 {
     const dit_vae_config_t *c = &vae->config;
     int s = dit_vae_upscale(c);
+    if (!(vae->parts & DIT_VAE_DECODER))
+        return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                               "VAE decode: this VAE was created without its decoder");
     if (n < 0 || h < 1 || w < 1 || (int64_t)h * s > 8192 || (int64_t)w * s > 8192)
         return tdl_error_raise(TDL_ERR_INVALID_ARG,
                                "VAE decode: %d latents of %dx%d (images up to 8192 a side)", n, h,
                                w);
-    size_t act = vae_max_activation(c, h, w);
-    vae_ws_t ws = {.vae = vae, .groups = c->norm_num_groups};
-    ws.cols_floats = vae_cols_floats(c, w);
-    ws.x = tensor_alloc(act);
-    ws.t1 = tensor_alloc(act);
-    ws.t2 = tensor_alloc(act);
-    ws.cols = tensor_alloc(ws.cols_floats);
-    ws.attn = tensor_alloc(vae_attn_floats(c, h, w));
-    tdl_status_t st = TDL_OK;
-    if (!ws.x || !ws.t1 || !ws.t2 || !ws.cols || !ws.attn) {
-        st = tdl_error_raise(TDL_ERR_NOMEM, "VAE decode: out of memory for %zu bytes",
-                             dit_vae_decode_bytes(c, h, w));
+    vae_ws_t ws;
+    tdl_status_t st = ws_alloc(&ws, vae, vae_max_activation(c, h, w), vae_cols_floats(c, w),
+                               vae_attn_floats(c, h, w), "decode");
+    if (st != TDL_OK)
         goto out;
-    }
     /* Nothing fails past here: rgb is written only when the whole batch decodes. */
     size_t in_per = (size_t)c->latent_channels * h * w;
     size_t out_per = (size_t)c->out_channels * h * s * w * s;
     for (int i = 0; i < n; i++)
         decode_one(&ws, latents + i * in_per, h, w, rgb + i * out_per);
 out:
-    free(ws.attn);
-    free(ws.cols);
-    free(ws.t2);
-    free(ws.t1);
-    free(ws.x);
+    ws_free(&ws);
     return st;
+}
+
+/* ---- the encoder ------------------------------------------------------------------------------
+ */
+
+/* The encoder's largest activation for images of h x w, in floats. */
+static size_t enc_max_activation(const dit_vae_config_t *c, int h, int w)
+{
+    int top = c->block_out_channels[c->num_blocks - 1];
+    size_t best = (size_t)TDL_MAX(c->in_channels, c->block_out_channels[0]) * h * w;
+    int out_ch = c->block_out_channels[0];
+    for (int i = 0; i < c->num_blocks; i++) {
+        int in_ch = out_ch;
+        out_ch = c->block_out_channels[i];
+        size_t hw = ((size_t)h >> i) * ((size_t)w >> i);
+        best = TDL_MAX(best, (size_t)TDL_MAX(in_ch, out_ch) * hw);
+    }
+    int s = dit_vae_upscale(c);
+    return TDL_MAX(best, (size_t)TDL_MAX(top, 2 * c->latent_channels) * (h / s) * (w / s));
+}
+
+static size_t enc_cols_floats(const dit_vae_config_t *c, int w)
+{
+    int widest = TDL_MAX(c->in_channels, 2 * c->latent_channels);
+    for (int i = 0; i < c->num_blocks; i++)
+        widest = TDL_MAX(widest, c->block_out_channels[i]);
+    return TDL_MAX(VAE_COLS_FLOATS, (size_t)widest * 9 * w);
+}
+
+size_t dit_vae_encode_bytes(const dit_vae_config_t *config, int h, int w)
+{
+    int s = dit_vae_upscale(config);
+    return (3 * enc_max_activation(config, h, w) + enc_cols_floats(config, w) +
+            vae_attn_floats(config, h / s, w / s)) *
+           sizeof(float);
+}
+
+/* One image: rgb[in_channels, h, w] -> moments[2 * latent_channels, h/s, w/s] (t1 may be it). */
+static void encode_one(vae_ws_t *ws, const float *rgb, int h, int w, float *moments)
+{
+    const dit_vae_config_t *c = &ws->vae->config;
+    int top = c->block_out_channels[c->num_blocks - 1], z = 2 * c->latent_channels;
+    conv(ws, "encoder.conv_in", ws->x, rgb, c->in_channels, c->block_out_channels[0], h, w, 3,
+         false);
+    char name[VAE_NAME];
+    int out_ch = c->block_out_channels[0];
+    for (int i = 0; i < c->num_blocks; i++) {
+        int in_ch = out_ch;
+        out_ch = c->block_out_channels[i];
+        for (int j = 0; j < c->layers_per_block; j++) {
+            snprintf(name, sizeof(name), "encoder.down_blocks.%d.resnets.%d", i, j);
+            resnet_forward(ws, name, j == 0 ? in_ch : out_ch, out_ch, h, w);
+        }
+        if (i != c->num_blocks - 1) {
+            snprintf(name, sizeof(name), "encoder.down_blocks.%d.downsamplers.0.conv", i);
+            dit_vae_conv2d_down_forward(ws->t1, ws->x, param(ws->vae, name, "weight"),
+                                        param(ws->vae, name, "bias"), out_ch, out_ch, h, w,
+                                        ws->cols, ws->cols_floats);
+            swap(&ws->x, &ws->t1);
+            h /= 2;
+            w /= 2;
+        }
+    }
+    mid_forward(ws, "encoder.mid_block", top, h, w);
+    norm(ws, "encoder.conv_norm_out", ws->t1, ws->x, top, h * w, true);
+    conv(ws, "encoder.conv_out", ws->t2, ws->t1, top, z, h, w, 3, false);
+    conv(ws, "quant_conv", moments, ws->t2, z, z, h, w, 1, false);
+}
+
+/* The encoder over the batch: each image's moments into out (moments_only), or its latents, the
+ * mean or a sample, scaled. */
+static tdl_status_t encode_batch(const dit_vae_t *vae, const float *rgb, int n, int h, int w,
+                                 const dit_vae_sample_t *sample, float *out, bool moments_only)
+{
+    const dit_vae_config_t *c = &vae->config;
+    int s = dit_vae_upscale(c);
+    if (!(vae->parts & DIT_VAE_ENCODER))
+        return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                               "VAE encode: this VAE was created without its encoder");
+    if (n < 0 || h < s || w < s || h % s || w % s || h > 8192 || w > 8192)
+        return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                               "VAE encode: %d images of %dx%d: each side must be a multiple of "
+                               "%d, up to 8192",
+                               n, h, w, s);
+    vae_ws_t ws;
+    tdl_status_t st = ws_alloc(&ws, vae, enc_max_activation(c, h, w), enc_cols_floats(c, w),
+                               vae_attn_floats(c, h / s, w / s), "encode");
+    if (st != TDL_OK)
+        goto out;
+    /* Nothing fails past here: out is written only when the whole batch encodes. */
+    size_t lat = (size_t)c->latent_channels * (h / s) * (w / s);
+    size_t in_per = (size_t)c->in_channels * h * w;
+    for (int i = 0; i < n; i++) {
+        if (moments_only) {
+            encode_one(&ws, rgb + i * in_per, h, w, out + i * 2 * lat);
+            continue;
+        }
+        float *m = ws.t1; /* free once conv_out has read it */
+        encode_one(&ws, rgb + i * in_per, h, w, m);
+        float *dst = out + i * lat;
+        tdl_rng_t rng;
+        if (sample)
+            tdl_rng_init(&rng, sample->seed, sample->first + (uint64_t)i);
+        for (size_t j = 0; j < lat; j++) {
+            float z = m[j];
+            if (sample) {
+                float logvar = fminf(fmaxf(m[lat + j], -30.0f), 20.0f);
+                z += expf(0.5f * logvar) * tdl_rng_normal(&rng);
+            }
+            dst[j] = c->scaling_factor * z;
+        }
+    }
+out:
+    ws_free(&ws);
+    return st;
+}
+
+tdl_status_t dit_vae_encode_moments(const dit_vae_t *vae, const float *rgb, int n, int h, int w,
+                                    float *moments)
+{
+    return encode_batch(vae, rgb, n, h, w, NULL, moments, true);
+}
+
+tdl_status_t dit_vae_encode(const dit_vae_t *vae, const float *rgb, int n, int h, int w,
+                            const dit_vae_sample_t *sample, float *latents)
+{
+    return encode_batch(vae, rgb, n, h, w, sample, latents, false);
 }

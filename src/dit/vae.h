@@ -1,7 +1,8 @@
-/* vae: the decoder of the Stable Diffusion VAE (diffusers' AutoencoderKL, as the reference DiT
- * uses it: sd-vae-ft-ema / sd-vae-ft-mse), on the CPU. Parameters are named exactly as in
- * diffusers' state_dict (>= 0.15: attention's to_q, to_k, to_v, to_out.0) and held in one
- * contiguous array, so an importer maps a state_dict by name and shape. The encoder comes next
+/* vae: the Stable Diffusion VAE (diffusers' AutoencoderKL, as the reference DiT uses it:
+ * sd-vae-ft-ema / sd-vae-ft-mse), its encoder and its decoder, on the CPU. Parameters are named
+ * exactly as in diffusers' state_dict (>= 0.15: attention's to_q, to_k, to_v, to_out.0) and held
+ * in one contiguous array, so an importer maps a state_dict by name and shape. A VAE object holds
+ * the decoder, the encoder or both (dit_vae_create_parts): serving loads only the decoder
  * (doc/vae.md). */
 #ifndef TIDAL_DIT_VAE_H
 #define TIDAL_DIT_VAE_H
@@ -16,7 +17,8 @@
 
 typedef struct dit_vae_config {
     int latent_channels;                        /* 4 */
-    int out_channels;                           /* 3 */
+    int in_channels;                            /* 3: the encoder's input */
+    int out_channels;                           /* 3: the decoder's output */
     int num_blocks;                             /* entries of block_out_channels */
     int block_out_channels[DIT_VAE_MAX_BLOCKS]; /* {128, 256, 512, 512}: 8x upsampling */
     int layers_per_block;                       /* 2: the decoder has one more per block */
@@ -32,15 +34,23 @@ tdl_status_t dit_vae_config_check(const dit_vae_config_t *config);
 /* Each image's pixels are 2^(num_blocks - 1) times its latent's a side. */
 int dit_vae_upscale(const dit_vae_config_t *config);
 
+/* Which halves a VAE object holds (dit_vae_create_parts), as bits. */
+enum { DIT_VAE_DECODER = 1, DIT_VAE_ENCODER = 2, DIT_VAE_BOTH = 3 };
+
 typedef struct dit_vae {
     dit_vae_config_t config;
+    int parts; /* DIT_VAE_DECODER, DIT_VAE_ENCODER or both */
     size_t num_params;
     float *params;           /* every tensor, in the order of infos */
     dit_param_info_t *infos; /* name, shape and offset of each tensor */
     int ninfos;
 } dit_vae_t;
 
+/* The decoder alone (post_quant_conv and decoder.*), as serving needs it. */
 tdl_status_t dit_vae_create(const dit_vae_config_t *config, dit_vae_t **vae_out);
+/* The halves in parts: the encoder's tensors (encoder.*, quant_conv) come first, in the order
+ * its forward runs them, then the decoder's, exactly as dit_vae_create lists them. */
+tdl_status_t dit_vae_create_parts(const dit_vae_config_t *config, int parts, dit_vae_t **vae_out);
 void dit_vae_free(dit_vae_t *vae);
 /* PyTorch's default initialization (convolutions and linears uniform in +-1/sqrt(fan_in),
  * weight and bias alike; GroupNorm's weight 1 and bias 0), reproducible from seed. */
@@ -59,6 +69,29 @@ tdl_status_t dit_vae_decode(const dit_vae_t *vae, const float *latents, int n, i
 /* Bytes dit_vae_decode allocates for latents of h x w. */
 size_t dit_vae_decode_bytes(const dit_vae_config_t *config, int h, int w);
 
+/* How dit_vae_encode turns the diagonal Gaussian into latents: its mean (deterministic), or a
+ * sample mean + exp(logvar / 2) * eps as diffusers' latent_dist.sample(), which the reference
+ * DiT's feature extraction uses. eps of image i of the call is N(0, 1) from the counter-based
+ * stream tdl_rng(seed, first + i): an image's latent does not depend on the batch it is in. */
+typedef struct dit_vae_sample {
+    uint64_t seed;
+    uint64_t first; /* the index of the call's first image in the whole data set */
+} dit_vae_sample_t;
+
+/* moments[n, 2 * latent_channels, H/s, W/s] = quant_conv(encoder(rgb)): the mean, then logvar
+ * as diffusers' DiagonalGaussianDistribution splits them (not clamped here), of rgb[n,
+ * in_channels, H, W] in [-1, 1]; H and W multiples of s = dit_vae_upscale. Needs the encoder.
+ * Written only on success. */
+tdl_status_t dit_vae_encode_moments(const dit_vae_t *vae, const float *rgb, int n, int h, int w,
+                                    float *moments);
+/* latents[n, latent_channels, H/s, W/s] = scaling_factor * (mean, or mean + std * eps when
+ * sample is not NULL), logvar clamped to [-30, 20] as diffusers does: what the DiT trains on
+ * (vae.encode(x).latent_dist.sample() * 0.18215). Written only on success. */
+tdl_status_t dit_vae_encode(const dit_vae_t *vae, const float *rgb, int n, int h, int w,
+                            const dit_vae_sample_t *sample, float *latents);
+/* Bytes dit_vae_encode allocates for images of h x w. */
+size_t dit_vae_encode_bytes(const dit_vae_config_t *config, int h, int w);
+
 /* ---- layers (vae.c), exposed for the tests; x is one image [C, H, W] ------------------------ */
 
 /* out[C, HW] = GroupNorm(in) * weight[c] + bias[c] over `groups` groups of C / groups channels,
@@ -72,5 +105,12 @@ void dit_vae_groupnorm_forward(float *out, const float *in, const float *weight,
 void dit_vae_conv2d_forward(float *out, const float *in, const float *weight, const float *bias,
                             int cin, int cout, int h, int w, int k, bool accumulate, float *cols,
                             size_t cols_floats);
+/* out[Cout, Ho, Wo] = conv(pad(in[Cin, H, W])) + bias, 3x3, stride 2, as diffusers' Downsample2D
+ * with padding 0: one zero row and column added at the bottom and right only (F.pad (0, 1, 0,
+ * 1)), so Ho = H / 2 and Wo = W / 2 rounded down (H, W >= 2). cols as above, at least
+ * Cin * 9 * Wo floats. */
+void dit_vae_conv2d_down_forward(float *out, const float *in, const float *weight,
+                                 const float *bias, int cin, int cout, int h, int w, float *cols,
+                                 size_t cols_floats);
 
 #endif /* TIDAL_DIT_VAE_H */

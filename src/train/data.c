@@ -18,7 +18,8 @@ struct train_dataset {
     int pad; /* background pixels added on every side before upsampling */
     int num_classes;
     const char *const *class_names; /* num_classes names (static storage), or NULL */
-    uint8_t *pixels; /* [n, channels, height, width] */
+    uint8_t *pixels;                /* [n, channels, height, width], or NULL for latents */
+    float *latents;                 /* [n, channels, height, width] of a latent data set, or NULL */
     int32_t *labels; /* [n] */
 };
 
@@ -63,8 +64,63 @@ void train_dataset_free(train_dataset_t *ds)
     if (!ds)
         return;
     free(ds->labels);
+    free(ds->latents);
     free(ds->pixels);
     free(ds);
+}
+
+tdl_status_t train_dataset_create_latents(size_t n, int channels, int height, int width,
+                                          int num_classes, float *latents, int32_t *labels,
+                                          train_dataset_t **out)
+{
+    tdl_status_t st = TDL_OK;
+    if (!latents || !labels || !out)
+        st = tdl_error_raise(TDL_ERR_INVALID_ARG, "train_dataset_create_latents: NULL argument");
+    else if (n == 0 || channels < 1 || channels > 64 || height < 1 || height > 1024 ||
+             width != height || num_classes < 1)
+        st = tdl_error_raise(TDL_ERR_INVALID_ARG,
+                             "latent data set: %zu latents of %d x %d x %d, %d classes: it "
+                             "needs at least one, 1 to 64 channels, square, up to 1024",
+                             n, channels, height, width, num_classes);
+    for (size_t i = 0; st == TDL_OK && i < n; i++)
+        if (labels[i] < 0 || labels[i] >= num_classes)
+            st = tdl_error_raise(TDL_ERR_INVALID_ARG,
+                                 "latent data set: label %d of latent %zu is outside [0, %d)",
+                                 (int)labels[i], i, num_classes);
+    train_dataset_t *ds = st == TDL_OK ? tdl_calloc(1, sizeof(*ds)) : NULL;
+    if (st == TDL_OK && !ds)
+        st = tdl_error_raise(TDL_ERR_NOMEM, "latent data set: out of memory");
+    if (st != TDL_OK) {
+        free(latents);
+        free(labels);
+        return st;
+    }
+    *ds = (train_dataset_t){.n = n,
+                            .channels = channels,
+                            .height = height,
+                            .width = width,
+                            .num_classes = num_classes,
+                            .latents = latents,
+                            .labels = labels};
+    *out = ds;
+    return TDL_OK;
+}
+
+bool train_dataset_is_latent(const train_dataset_t *ds)
+{
+    return ds->latents != NULL;
+}
+
+int32_t train_dataset_label(const train_dataset_t *ds, size_t index)
+{
+    return index < ds->n ? ds->labels[index] : -1;
+}
+
+const uint8_t *train_dataset_pixels(const train_dataset_t *ds, size_t index)
+{
+    if (!ds->pixels || index >= ds->n)
+        return NULL;
+    return ds->pixels + index * (size_t)ds->channels * ds->height * ds->width;
 }
 
 tdl_status_t train_dataset_create(size_t n, int channels, int height, int width, int num_classes,
@@ -145,6 +201,19 @@ tdl_status_t train_dataset_get(const train_dataset_t *ds, size_t index, int reso
         return tdl_error_raise(TDL_ERR_INVALID_ARG,
                                "image index %zu is out of range: the data set holds %zu images",
                                index, ds->n);
+    if (ds->latents) {
+        /* latents are served as they are: no resampling makes sense in the VAE's space */
+        size_t per = (size_t)ds->channels * ds->height * ds->width;
+        if (resolution != ds->height)
+            return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                                   "resolution %d is not available for this latent data set: its "
+                                   "latents are %dx%d, served only at %d",
+                                   resolution, ds->height, ds->width, ds->height);
+        memcpy(img_out, ds->latents + index * per, per * sizeof(float));
+        if (label_out)
+            *label_out = ds->labels[index];
+        return TDL_OK;
+    }
     const int base = ds->height + 2 * ds->pad;
     const int scale = resolution == base       ? 1
                       : resolution == 2 * base ? 2

@@ -10,6 +10,7 @@
 
 #include "core/core.h"
 #include "dit/dit.h"
+#include "dit/vae.h"
 #include "gfc/gfc.h"
 #include "train/allreduce_codec.h" /* train_codec_*: the compressed gradient all-reduce */
 
@@ -45,6 +46,20 @@ tdl_status_t train_dataset_create(size_t n, int channels, int height, int width,
                                   const uint8_t *pixels, const int32_t *labels,
                                   train_dataset_t **out);
 
+/* A latent data set (tidal encode's output, doc/data.md): latents float [n, channels, height,
+ * width], as the VAE's encoder made them (already scaled by its scaling_factor), and labels [n];
+ * it takes both arrays (malloc'd), on failure too. Served as they are, at resolution height. */
+tdl_status_t train_dataset_create_latents(size_t n, int channels, int height, int width,
+                                          int num_classes, float *latents, int32_t *labels,
+                                          train_dataset_t **out);
+/* Whether ds holds latents rather than images. */
+bool train_dataset_is_latent(const train_dataset_t *ds);
+/* Image index's stored pixels, uint8 [C, H, W] (train_dataset_shape), not padded; NULL for a
+ * latent data set or an index out of range. */
+const uint8_t *train_dataset_pixels(const train_dataset_t *ds, size_t index);
+/* The label of item index, or -1 for an index out of range. */
+int32_t train_dataset_label(const train_dataset_t *ds, size_t index);
+
 void train_dataset_free(train_dataset_t *ds);
 
 size_t train_dataset_count(const train_dataset_t *ds);
@@ -67,6 +82,68 @@ int train_dataset_resolution(const train_dataset_t *ds);
  * a resolution not listed above is TDL_ERR_INVALID_ARG. */
 tdl_status_t train_dataset_get(const train_dataset_t *ds, size_t index, int resolution,
                                float *img_out, int *label_out);
+
+/* ==== latent data sets in HDF5 (src/train/data_hdf5.c, doc/data.md) ====================== */
+
+/* What tidal encode records with the latents, as root attributes. */
+typedef struct train_latent_info {
+    int channels, height, width; /* of one latent */
+    double scaling_factor;       /* already applied */
+    const char *sample;          /* "mean" or "sample" */
+    uint64_t seed;               /* of the samples' eps */
+    int resolution;              /* of the images encoded */
+    const char *source;          /* the data set they came from */
+} train_latent_info_t;
+
+typedef struct train_latent_writer train_latent_writer_t;
+
+/* Starts path (as "<path>.tmp.<pid>", renamed over path by close) holding /latents float32 [n,
+ * C, H, W] and /labels int32 [n], to be filled by put. */
+tdl_status_t train_latent_writer_open(const char *path, size_t n, const train_latent_info_t *info,
+                                      train_latent_writer_t **out);
+/* Latents first to first + count - 1 and their labels. */
+tdl_status_t train_latent_writer_put(train_latent_writer_t *w, size_t first, size_t count,
+                                     const float *latents, const int32_t *labels);
+/* Writes the root attributes (num_classes among them), closes and renames the file into place;
+ * frees w, on failure too (the temporary file is removed then). */
+tdl_status_t train_latent_writer_close(train_latent_writer_t *w, int num_classes);
+/* Removes the temporary file and frees w. */
+void train_latent_writer_abort(train_latent_writer_t *w);
+
+/* ==== images for the VAE's encoder (src/train/images.c, doc/vae.md) ====================== */
+
+/* uint8 [channels, height, width], planar. */
+typedef struct train_image {
+    int channels, height, width;
+    uint8_t *pixels;
+} train_image_t;
+
+void train_image_free(train_image_t *img);
+/* A PNG file as 8-bit RGB (3 channels), as PIL's convert("RGB") makes it: palette expanded, gray
+ * replicated, alpha dropped, 16 bits cut to 8. */
+tdl_status_t train_image_read_png(const char *path, train_image_t *out);
+/* PIL's Image.resize to ow x oh with its BICUBIC (bicubic true) or BOX filter, antialiased, in
+ * its 8-bit fixed-point arithmetic: horizontal pass, then vertical, each rounded to uint8. */
+tdl_status_t train_image_resize(const train_image_t *in, int ow, int oh, bool bicubic,
+                                train_image_t *out);
+/* The reference DiT's center_crop_arr: BOX halving while the short side >= 2 * res, BICUBIC to a
+ * short side of res (the long one round(side * res / short)), then the centre res x res into
+ * out [channels, res, res]. */
+tdl_status_t train_image_center_crop(const train_image_t *in, int res, uint8_t *out);
+
+/* ==== the VAE's weights in HDF5 (src/train/vae_io.c, doc/vae.md) ======================== */
+
+/* /model/<diffusers name> float32 for every tensor vae holds, root attributes kind "vae",
+ * parts, the configuration's fields (block_out_channels as "128,256,512,512"), written as
+ * ckpt_weights_write does (atomic, checksummed). */
+tdl_status_t train_vae_save(const char *path, const dit_vae_t *vae);
+/* The configuration and the halves (DIT_VAE_*) a VAE weights file holds. */
+tdl_status_t train_vae_read_config(const char *path, dit_vae_config_t *config_out, int *parts_out);
+/* A VAE of the halves in parts from the file: its configuration from the attributes, every
+ * tensor of those halves by name and shape (missing: TDL_ERR_NOT_FOUND; misshapen:
+ * TDL_ERR_MISMATCH), any dataset that is no tensor of the VAE refused (TDL_ERR_MISMATCH), NaN
+ * and Inf refused. */
+tdl_status_t train_vae_load(const char *path, int parts, dit_vae_t **vae_out);
 
 /* ==== data order (src/train/sampler.c) ====================================================== */
 

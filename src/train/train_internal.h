@@ -35,6 +35,8 @@ struct train_trainer {
 
 /* One ckpt tensor per parameter of m, with data at base + offset; free() the array. */
 ckpt_tensor_t *train_tensors_of(const dit_model_t *m, float *base);
+/* The same for any list of tensors (the VAE's). */
+ckpt_tensor_t *train_tensors_of_infos(const dit_param_info_t *infos, int n, float *base);
 /* The model configuration as root attributes, one per field: fills attrs and returns how many
  * (TRAIN_CONFIG_ATTRS). */
 #define TRAIN_CONFIG_ATTRS 13

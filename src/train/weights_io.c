@@ -16,9 +16,14 @@
 
 ckpt_tensor_t *train_tensors_of(const dit_model_t *m, float *base)
 {
-    ckpt_tensor_t *t = calloc((size_t)m->ninfos, sizeof(*t));
-    for (int i = 0; t && i < m->ninfos; i++) {
-        const dit_param_info_t *p = &m->infos[i];
+    return train_tensors_of_infos(m->infos, m->ninfos, base);
+}
+
+ckpt_tensor_t *train_tensors_of_infos(const dit_param_info_t *infos, int n, float *base)
+{
+    ckpt_tensor_t *t = calloc((size_t)n, sizeof(*t));
+    for (int i = 0; t && i < n; i++) {
+        const dit_param_info_t *p = &infos[i];
         t[i].name = p->name;
         t[i].ndim = p->ndim;
         memcpy(t[i].shape, p->shape, sizeof(t[i].shape));

@@ -1,8 +1,9 @@
-/* The VAE decoder without PyTorch (tests/cli/test_vae_torch.sh holds it to a PyTorch
- * reference): the Stable Diffusion configuration's tensors, by diffusers' names and shapes, and
- * its count of parameters worked out by hand from the architecture; GroupNorm and the
- * convolutions against small examples computed by hand or by a direct loop; a batch decodes to
- * each image's bytes alone; and bad configurations are refused, naming the field. */
+/* The VAE without PyTorch (tests/cli/test_vae_torch.sh holds it to a PyTorch reference): the
+ * Stable Diffusion configuration's tensors, decoder and encoder, by diffusers' names and shapes,
+ * and their counts of parameters worked out by hand from the architecture; GroupNorm and the
+ * convolutions (the encoder's stride-2 one with its one-sided padding too) against small examples
+ * computed by hand or by a direct loop; a batch decodes and encodes to each image's bytes alone;
+ * and bad configurations and calls are refused, naming what is wrong. */
 #include "config.h"
 
 #include <math.h>
@@ -104,6 +105,84 @@ static void test_sd_names(void)
     dit_vae_free(vae);
 }
 
+/* The SD encoder by hand: conv_in 3 -> 128; down blocks of two resnets each, 128, 128 -> 256,
+ * 256 -> 512, 512, a stride-2 3x3 downsampler on all but the last; the mid block as the
+ * decoder's; conv_norm_out, conv_out 512 -> 8 (mean and logvar), quant_conv 8 -> 8. */
+static size_t sd_encoder_count_by_hand(void)
+{
+    size_t conv_in = 3 * 128 * 9 + 128;
+    size_t res128 = 2 * (2 * 128) + 2 * (128 * 128 * 9 + 128);
+    size_t res256 = 2 * (2 * 256) + 2 * (256 * 256 * 9 + 256);
+    size_t res512 = 2 * (2 * 512) + 2 * (512 * 512 * 9 + 512);
+    size_t res128_256 =
+        2 * 128 + (128 * 256 * 9 + 256) + 2 * 256 + (256 * 256 * 9 + 256) + (128 * 256 + 256);
+    size_t res256_512 =
+        2 * 256 + (256 * 512 * 9 + 512) + 2 * 512 + (512 * 512 * 9 + 512) + (256 * 512 + 512);
+    size_t down0 = 2 * res128 + (128 * 128 * 9 + 128);
+    size_t down1 = res128_256 + res256 + (256 * 256 * 9 + 256);
+    size_t down2 = res256_512 + res512 + (512 * 512 * 9 + 512);
+    size_t down3 = 2 * res512;
+    size_t mid = 2 * res512 + 2 * 512 + 4 * (512 * 512 + 512);
+    size_t out = 2 * 512 + (512 * 8 * 9 + 8) + (8 * 8 + 8);
+    return conv_in + down0 + down1 + down2 + down3 + mid + out;
+}
+
+static void test_sd_encoder_names(void)
+{
+    dit_vae_config_t c;
+    dit_vae_config_sd(&c);
+    dit_vae_t *enc = NULL, *both = NULL, *dec = NULL;
+    if (!ok(dit_vae_create_parts(&c, DIT_VAE_ENCODER, &enc) == TDL_OK &&
+                dit_vae_create_parts(&c, DIT_VAE_BOTH, &both) == TDL_OK &&
+                dit_vae_create(&c, &dec) == TDL_OK,
+            "the SD encoder, both halves and the decoder are created")) {
+        diag("%s", tdl_error_get());
+        return;
+    }
+    /* the encoder module alone has 34,163,592 (tests/cli/test_vae_torch.sh counts it in
+     * PyTorch); quant_conv adds 8 * 8 + 8 */
+    is_int(sd_encoder_count_by_hand(), 34163592 + 72,
+           "the count by hand is 34,163,592 for the encoder and 72 for quant_conv");
+    is_int(enc->num_params, 34163664, "the SD encoder and quant_conv have 34,163,664 parameters");
+    is_int(enc->ninfos, 108, "in 108 tensors");
+    is_int(both->num_params, enc->num_params + dec->num_params,
+           "both halves hold the encoder's and the decoder's");
+    is_int(both->ninfos, enc->ninfos + dec->ninfos, "and their tensors");
+    int same_order = 1;
+    for (int i = 0; i < dec->ninfos; i++)
+        same_order &= strcmp(both->infos[enc->ninfos + i].name, dec->infos[i].name) == 0;
+    ok(same_order, "the decoder's tensors follow the encoder's, in the decoder's order");
+    is_shape(enc, "encoder.conv_in.weight", 4, (const int[]){128, 3, 3, 3});
+    is_shape(enc, "encoder.down_blocks.0.resnets.0.norm1.weight", 1, (const int[]){128});
+    is_shape(enc, "encoder.down_blocks.0.downsamplers.0.conv.weight", 4,
+             (const int[]){128, 128, 3, 3});
+    is_shape(enc, "encoder.down_blocks.1.resnets.0.conv_shortcut.weight", 4,
+             (const int[]){256, 128, 1, 1});
+    is_shape(enc, "encoder.down_blocks.2.resnets.0.conv1.weight", 4, (const int[]){512, 256, 3, 3});
+    is_shape(enc, "encoder.down_blocks.3.resnets.1.conv2.bias", 1, (const int[]){512});
+    is_shape(enc, "encoder.mid_block.attentions.0.to_q.weight", 2, (const int[]){512, 512});
+    is_shape(enc, "encoder.mid_block.attentions.0.to_out.0.bias", 1, (const int[]){512});
+    is_shape(enc, "encoder.conv_norm_out.bias", 1, (const int[]){512});
+    is_shape(enc, "encoder.conv_out.weight", 4, (const int[]){8, 512, 3, 3});
+    is_shape(enc, "quant_conv.weight", 4, (const int[]){8, 8, 1, 1});
+    ok(!dit_vae_param(enc, "encoder.down_blocks.3.downsamplers.0.conv.weight"),
+       "no downsampler on the last down block");
+    ok(!dit_vae_param(enc, "encoder.down_blocks.0.resnets.0.conv_shortcut.weight") &&
+           !dit_vae_param(enc, "encoder.down_blocks.0.resnets.2.norm1.weight"),
+       "no shortcut where the channels stay, layers_per_block (not + 1) resnets a block");
+    ok(!dit_vae_param(enc, "decoder.conv_in.weight") && !dit_vae_param(enc, "post_quant_conv.bias"),
+       "the encoder alone holds no decoder tensors");
+    size_t bytes = dit_vae_encode_bytes(&c, 256, 256);
+    diag("encode buffers for 256x256 -> 32x32: %.1f MiB", (double)bytes / (1 << 20));
+    ok(bytes < (size_t)200 << 20, "its encode buffers for a 256x256 image are under 200 MiB");
+    ok(dit_vae_create_parts(&c, 0, &dec) == TDL_ERR_INVALID_ARG &&
+           strstr(tdl_error_get(), "parts = 0"),
+       "parts 0 is refused, naming it: %s", tdl_error_get());
+    dit_vae_free(both);
+    dit_vae_free(enc);
+    dit_vae_free(dec);
+}
+
 static void test_config_check(void)
 {
     dit_vae_config_t c;
@@ -164,6 +243,80 @@ static void conv3_direct(double *out, const float *in, const float *w, const flo
                         }
                 out[(o * h + y) * wd + x] = s;
             }
+}
+
+/* Downsample2D with padding 0: F.pad(x, (0, 1, 0, 1)) then a 3x3 convolution, stride 2,
+ * padding 0, one loop. */
+static void conv3_down_direct(double *out, const float *in, const float *w, const float *b, int cin,
+                              int cout, int h, int wd)
+{
+    int ho = (h + 1 - 3) / 2 + 1, wo = (wd + 1 - 3) / 2 + 1;
+    for (int o = 0; o < cout; o++)
+        for (int y = 0; y < ho; y++)
+            for (int x = 0; x < wo; x++) {
+                double s = b[o];
+                for (int c = 0; c < cin; c++)
+                    for (int ky = 0; ky < 3; ky++)
+                        for (int kx = 0; kx < 3; kx++) {
+                            int sy = 2 * y + ky, sx = 2 * x + kx; /* in the padded image */
+                            if (sy < h && sx < wd)
+                                s += (double)w[((o * cin + c) * 3 + ky) * 3 + kx] *
+                                     in[(c * h + sy) * wd + sx];
+                        }
+                out[(o * ho + y) * wo + x] = s;
+            }
+}
+
+static void test_conv_down(void)
+{
+    /* one channel 1..16 on 4x4, a kernel of ones: out (0, 0) sums rows 0-2, columns 0-2; out
+     * (1, 1) rows 2-3, columns 2-3 and the zero pad: 11 + 12 + 15 + 16 */
+    float in[16], ones[9], zero = 0, out[4], cols[9 * 4];
+    for (int i = 0; i < 16; i++)
+        in[i] = (float)(i + 1);
+    for (int i = 0; i < 9; i++)
+        ones[i] = 1;
+    dit_vae_conv2d_down_forward(out, in, ones, &zero, 1, 1, 4, 4, cols, 9 * 4);
+    const float want[4] = {1 + 2 + 3 + 5 + 6 + 7 + 9 + 10 + 11, 3 + 4 + 7 + 8 + 11 + 12,
+                           9 + 10 + 11 + 13 + 14 + 15, 11 + 12 + 15 + 16};
+    ok(memcmp(out, want, sizeof(want)) == 0,
+       "stride-2 3x3 of ones on 1..16 (4x4): 54 45 / 90 54, the zero row and column at the "
+       "bottom and right only (got %g %g / %g %g)",
+       out[0], out[1], out[2], out[3]);
+    /* a single tap (0, 0) reads in[2y][2x]: the top-left is not padded */
+    float tap[9] = {1, 0, 0, 0, 0, 0, 0, 0, 0};
+    dit_vae_conv2d_down_forward(out, in, tap, &zero, 1, 1, 4, 4, cols, 9 * 4);
+    ok(out[0] == 1 && out[1] == 3 && out[2] == 9 && out[3] == 11,
+       "tap (0, 0) reads in[2y][2x]: 1 3 / 9 11");
+
+    /* random 5 -> 3 channels on even and odd sizes, one band and a row a band */
+    tdl_rng_t rng;
+    tdl_rng_init(&rng, 13, 0);
+    int cin = 5, cout = 3;
+    float x[5 * 8 * 9], wt[3 * 5 * 9], bs[3], y[3 * 4 * 4], big[5 * 9 * 16];
+    double ref[3 * 4 * 4];
+    for (int i = 0; i < 5 * 8 * 9; i++)
+        x[i] = tdl_rng_normal(&rng);
+    for (int i = 0; i < 3 * 5 * 9; i++)
+        wt[i] = tdl_rng_normal(&rng);
+    for (int i = 0; i < 3; i++)
+        bs[i] = tdl_rng_normal(&rng);
+    const int sizes[4][2] = {{8, 8}, {7, 9}, {2, 2}, {3, 6}};
+    for (int t = 0; t < 4; t++) {
+        int h = sizes[t][0], w = sizes[t][1], ho = h / 2, wo = w / 2;
+        conv3_down_direct(ref, x, wt, bs, cin, cout, h, w);
+        double e1 = 0, e2 = 0;
+        dit_vae_conv2d_down_forward(y, x, wt, bs, cin, cout, h, w, big, 5 * 9 * 16);
+        for (int i = 0; i < cout * ho * wo; i++)
+            e1 = fmax(e1, fabs(y[i] - ref[i]));
+        dit_vae_conv2d_down_forward(y, x, wt, bs, cin, cout, h, w, big, 5 * 9 * wo);
+        for (int i = 0; i < cout * ho * wo; i++)
+            e2 = fmax(e2, fabs(y[i] - ref[i]));
+        ok(e1 < 1e-5 && e2 < 1e-5,
+           "stride-2 5 -> 3 channels on %dx%d -> %dx%d: a direct loop within 1e-5, one band "
+           "(%.2g) and a row a band (%.2g)",
+           h, w, ho, wo, e1, e2);
+    }
 }
 
 static void test_conv(void)
@@ -291,12 +444,96 @@ static void test_batch(void)
     dit_vae_free(vae);
 }
 
+/* A small encoder: every image of a batch has its bytes alone, mean and sample; the mean is the
+ * moments' first half scaled; a sample's eps depends on the image's index in the data set, not
+ * on the batch; the decoder takes the latents back to the images' shape. */
+static void test_encode(void)
+{
+    dit_vae_config_t c;
+    dit_vae_config_sd(&c);
+    c.num_blocks = 2;
+    c.block_out_channels[0] = 32;
+    c.block_out_channels[1] = 64;
+    c.norm_num_groups = 8;
+    dit_vae_t *vae = NULL, *dec = NULL;
+    if (!ok(dit_vae_create_parts(&c, DIT_VAE_BOTH, &vae) == TDL_OK &&
+                dit_vae_create(&c, &dec) == TDL_OK,
+            "a {32, 64} VAE with both halves is created"))
+        return;
+    dit_vae_init_weights(vae, 9);
+    int n = 3, h = 12, w = 10, s = dit_vae_upscale(&c), lh = h / s, lw = w / s;
+    size_t in_per = 3 * (size_t)h * w, lat = 4 * (size_t)lh * lw;
+    float *rgb = malloc(n * in_per * sizeof(float)), *mom = malloc(n * 2 * lat * sizeof(float));
+    float *mean = malloc(n * lat * sizeof(float)), *smp = malloc(n * lat * sizeof(float));
+    float *one = malloc(2 * lat * sizeof(float)), *back = malloc(n * in_per * sizeof(float));
+    tdl_rng_t rng;
+    tdl_rng_init(&rng, 4, 0);
+    for (size_t i = 0; i < n * in_per; i++)
+        rgb[i] = 2 * tdl_rng_uniform(&rng) - 1;
+    ok(dit_vae_encode_moments(vae, rgb, n, h, w, mom) == TDL_OK,
+       "3 images of 3x12x10 encode to moments 8x6x5");
+    ok(dit_vae_encode(vae, rgb, n, h, w, NULL, mean) == TDL_OK, "and to mean latents");
+    dit_vae_sample_t sp = {.seed = 77, .first = 0};
+    ok(dit_vae_encode(vae, rgb, n, h, w, &sp, smp) == TDL_OK, "and to sampled latents");
+    double em = 0, es = 0, dmax = 0;
+    int same = 1, finite = 1;
+    for (int i = 0; i < n; i++) {
+        dit_vae_encode_moments(vae, rgb + i * in_per, 1, h, w, one);
+        same &= memcmp(one, mom + i * 2 * lat, 2 * lat * sizeof(float)) == 0;
+        for (size_t j = 0; j < lat; j++) {
+            float m = one[j], sd = expf(0.5f * fminf(fmaxf(one[lat + j], -30), 20));
+            em = fmax(em, fabs(mean[i * lat + j] - 0.18215 * m));
+            /* sample - mean is scaling_factor * std * eps: eps within a few std */
+            double eps = (smp[i * lat + j] / 0.18215 - m) / sd;
+            es = fmax(es, fabs(eps));
+            dmax = fmax(dmax, fabs(smp[i * lat + j] - mean[i * lat + j]));
+            finite &= isfinite(m) && isfinite(one[lat + j]);
+        }
+    }
+    ok(same, "each image's moments have the bytes it has alone");
+    ok(finite, "every moment is finite");
+    ok(em < 1e-6, "the mean latents are 0.18215 * the moments' first half (%.2g)", em);
+    ok(es < 6 && dmax > 0, "a sample differs from the mean by std * eps, |eps| < 6 (%.2g)", es);
+    float *smp2 = malloc(lat * sizeof(float));
+    dit_vae_sample_t sp2 = {.seed = 77, .first = 2};
+    dit_vae_encode(vae, rgb + 2 * in_per, 1, h, w, &sp2, smp2);
+    ok(memcmp(smp2, smp + 2 * lat, lat * sizeof(float)) == 0,
+       "image 2 sampled alone with first = 2 has the bytes it had in the batch");
+    sp2.seed = 78;
+    dit_vae_encode(vae, rgb + 2 * in_per, 1, h, w, &sp2, smp2);
+    ok(memcmp(smp2, smp + 2 * lat, lat * sizeof(float)) != 0, "another seed, another sample");
+    memcpy(dec->params, vae->params + (vae->num_params - dec->num_params),
+           dec->num_params * sizeof(float));
+    ok(dit_vae_decode(dec, smp, n, lh, lw, back) == TDL_OK,
+       "the latents decode back to 3 images of 3x12x10");
+    ok(dit_vae_decode(vae, smp, n, lh, lw, back) == TDL_OK, "through the VAE with both halves too");
+    float keep = mean[0];
+    ok(dit_vae_encode(vae, rgb, 1, 12, 9, NULL, mean) == TDL_ERR_INVALID_ARG &&
+           strstr(tdl_error_get(), "multiple of 2") && mean[0] == keep,
+       "a width not a multiple of 2 is refused, the output untouched: %s", tdl_error_get());
+    ok(dit_vae_encode(dec, rgb, 1, h, w, NULL, mean) == TDL_ERR_INVALID_ARG &&
+           strstr(tdl_error_get(), "without its encoder"),
+       "the decoder alone refuses to encode: %s", tdl_error_get());
+    free(smp2);
+    free(back);
+    free(one);
+    free(smp);
+    free(mean);
+    free(mom);
+    free(rgb);
+    dit_vae_free(dec);
+    dit_vae_free(vae);
+}
+
 int main(void)
 {
     test_sd_names();
+    test_sd_encoder_names();
     test_config_check();
     test_groupnorm();
     test_conv();
+    test_conv_down();
     test_batch();
+    test_encode();
     return done_testing();
 }
