@@ -3,6 +3,7 @@
 #define TIDAL_CLI_H
 
 #include "core/core.h"
+#include "dit/vae.h"
 #include "coord/job.h"
 #include "train/train.h"
 
@@ -37,7 +38,7 @@ extern const cli_command_t cli_cmd_workload;
 extern const cli_command_t cli_cmd_profile;
 extern const cli_command_t cli_cmd_run;
 /* tidal serve's parameters, which tidal run takes too */
-#define CLI_SERVE_NPARAMS 28
+#define CLI_SERVE_NPARAMS 29
 extern const tdl_param_def_t cli_serve_params[CLI_SERVE_NPARAMS];
 /* the training parameters of tidal train and tidal run (each has its own steps, batch,
  * micro-batch and output ones, whose defaults differ) */
@@ -78,6 +79,20 @@ typedef struct cli_colocate {
 int cli_serve_main(tdl_params_t *params, const char *what, const cli_colocate_t *run);
 
 /* Prints "tidal: <message>" and returns CLI_EXIT_USAGE. */
+/* --vae FILE.h5|random:SEED (src/cli/vae_arg.c): random SEED is the SD configuration with
+ * PyTorch's default initialization (for tests: no trained weights can be downloaded here). */
+typedef struct cli_vae {
+    const char *arg;
+    int parts; /* DIT_VAE_ENCODER | DIT_VAE_DECODER */
+    bool random;
+    uint64_t seed;
+    dit_vae_config_t config;
+} cli_vae_t;
+/* The configuration, checked (the file has the parts asked for): CLI_EXIT_OK, or a usage error
+ * printed (exit 2). */
+int cli_vae_config(const char *arg, int parts, cli_vae_t *out);
+tdl_status_t cli_vae_load(const cli_vae_t *vae, dit_vae_t **vae_out);
+
 int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The end of MPI for a command: MPI_Finalize, unless a rank died (deaths, from gfc_verdict)
  * under a launcher that reads TIDAL_EXIT_DIR (tools/mpirun-recover, the job scripts): the

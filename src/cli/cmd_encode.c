@@ -316,27 +316,11 @@ static int encode_run(tdl_params_t *params, int npos, char **pos)
     size_t every = (size_t)tdl_param_int(params, "progress");
 
     /* the VAE's configuration: cheap, and it says which resolutions are possible */
-    dit_vae_config_t vc;
-    uint64_t vae_seed = 0;
-    bool random = strncmp(vae_arg, "random:", 7) == 0;
-    if (random) {
-        char *end;
-        errno = 0;
-        unsigned long long v = strtoull(vae_arg + 7, &end, 10);
-        if (!vae_arg[7] || *end || errno)
-            return cli_usage_error("--vae %s: random:SEED takes a seed, a number (random:1)",
-                                   vae_arg);
-        vae_seed = v;
-        dit_vae_config_sd(&vc);
-    } else {
-        int has;
-        if (train_vae_read_config(vae_arg, &vc, &has) != TDL_OK)
-            return cli_usage_error("--vae %s: %s", vae_arg, tdl_error_get());
-        if (!(has & DIT_VAE_ENCODER))
-            return cli_usage_error("--vae %s holds the VAE's decoder only; encoding needs its "
-                                   "encoder",
-                                   vae_arg);
-    }
+    cli_vae_t va;
+    int vrc = cli_vae_config(vae_arg, DIT_VAE_ENCODER, &va);
+    if (vrc != CLI_EXIT_OK)
+        return vrc;
+    const dit_vae_config_t vc = va.config;
     int down = dit_vae_upscale(&vc);
     if (res % down)
         return cli_usage_error("--resolution %d is not a multiple of %d, the VAE's downscale "
@@ -372,13 +356,7 @@ static int encode_run(tdl_params_t *params, int npos, char **pos)
     size_t n = limit && limit < s.n ? limit : s.n;
 
     dit_vae_t *vae = NULL;
-    if (random) {
-        st = dit_vae_create_parts(&vc, DIT_VAE_ENCODER, &vae);
-        if (st == TDL_OK)
-            dit_vae_init_weights(vae, vae_seed);
-    } else {
-        st = train_vae_load(vae_arg, DIT_VAE_ENCODER, &vae);
-    }
+    st = cli_vae_load(&va, &vae);
     if (st != TDL_OK) {
         fprintf(stderr, "tidal: encode: --vae %s: %s\n", vae_arg, tdl_error_get());
         src_free(&s);

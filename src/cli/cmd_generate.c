@@ -28,7 +28,13 @@ static const tdl_param_def_t generate_params[] = {
      "or ddim (eta 0) for one trained with --objective ddpm; auto: heun, or ddpm",
      "auto|euler|heun|ddpm|ddim", 1, 0},
     {"weights", TDL_PARAM_ENUM, "ema", "which weights of the file", "ema|model", 1, 0},
-    {"resolution", TDL_PARAM_INT, "0", "image side (0: the training resolution)", NULL, 0, 4096},
+    {"resolution", TDL_PARAM_INT, "0", "image side (0: the training resolution; with --vae, of "
+     "the decoded images, the VAE's upscale times the model's)", NULL, 0, 4096},
+    {"vae", TDL_PARAM_STRING, NULL,
+     "a latent model's VAE (a weights file with its decoder, or random:SEED for the SD "
+     "configuration with random weights): the samples are latents, its decoder makes the RGB "
+     "images",
+     NULL, 1, 0},
     {"output", TDL_PARAM_STRING, "grid.png", "PNG grid to write (also -o)", NULL, 1, 0},
     CLI_DEVICE_PARAM,
 };
@@ -56,6 +62,22 @@ static int generate_run(tdl_params_t *params, int npos, char **pos)
     if (st != TDL_OK) {
         fprintf(stderr, "tidal: generate: %s\n", tdl_error_get());
         return CLI_EXIT_FAILURE;
+    }
+    cli_vae_t va;
+    const char *vae_path = tdl_param_str(params, "vae");
+    int scale = 1;
+    if (vae_path) {
+        int vrc = cli_vae_config(vae_path, DIT_VAE_DECODER, &va);
+        if (vrc != CLI_EXIT_OK)
+            return vrc;
+        if (va.config.latent_channels != cfg.in_channels)
+            return cli_usage_error("--vae %s decodes latents of %d channels; %s's model has %d",
+                                   vae_path, va.config.latent_channels, ckpt, cfg.in_channels);
+        scale = dit_vae_upscale(&va.config);
+        if (res % scale)
+            return cli_usage_error("--resolution %d is not a multiple of %d, the VAE's upscale",
+                                   res, scale);
+        res /= scale;
     }
     if (res) {
         dit_config_t at = cfg;
@@ -101,16 +123,28 @@ static int generate_run(tdl_params_t *params, int npos, char **pos)
         labels[i] = label >= 0 ? label : i % c->num_classes;
     double t0 = tdl_clock_s();
     st = dit_sample(m, labels, n, res, res, &o, img);
+    dit_vae_t *vae = NULL;
+    float *rgb = NULL;
+    int side = res * scale, channels = c->in_channels;
+    if (st == TDL_OK && vae_path && (st = cli_vae_load(&va, &vae)) == TDL_OK) {
+        channels = vae->config.out_channels;
+        if (!(rgb = malloc((size_t)n * channels * side * side * sizeof(float))))
+            st = tdl_error_raise(TDL_ERR_NOMEM, "out of memory for %d images of %d", n, side);
+        if (st == TDL_OK)
+            st = dit_vae_decode(vae, img, n, res, res, rgb);
+    }
     if (st == TDL_OK) {
         /* Cycling through the classes: one column per class. */
         int cols = label < 0 && n >= c->num_classes ? c->num_classes : (int)ceil(sqrt((double)n));
-        st = serve_png_write_grid(output, img, n, c->in_channels, res, res, cols, 2);
+        st = serve_png_write_grid(output, rgb ? rgb : img, n, channels, side, side, cols, 2);
     }
+    free(rgb);
+    dit_vae_free(vae);
     if (st == TDL_OK) {
-        printf("tidal generate: %d images of %dx%d (%s, %d %s steps, cfg %.1f, seed %llu) in "
+        printf("tidal generate: %d images of %dx%d (%s, %d %s steps, cfg %.1f, seed %llu%s) in "
                "%.1f s -> %s\n",
-               n, res, res, c->name, o.steps, sampler, o.cfg_scale, (unsigned long long)o.seed,
-               tdl_clock_s() - t0, output);
+               n, side, side, c->name, o.steps, sampler, o.cfg_scale, (unsigned long long)o.seed,
+               vae_path ? ", latents decoded by the VAE" : "", tdl_clock_s() - t0, output);
         rc = CLI_EXIT_OK;
     } else {
         fprintf(stderr, "tidal: generate: %s\n", tdl_error_get());

@@ -47,6 +47,11 @@ const tdl_param_def_t cli_serve_params[CLI_SERVE_NPARAMS] = {
      128},
     {"max-batch", TDL_PARAM_INT, "8", "images per forward pass (guided: half as many)", NULL, 2,
      4096},
+    {"vae", TDL_PARAM_STRING, NULL,
+     "a latent model's VAE (a weights file with its decoder, doc/vae.md; random:SEED: the SD "
+     "configuration with random weights, for tests): requests name the images' resolution, "
+     "its upscale times the model's, and DECODE runs its decoder to an RGB PNG",
+     NULL, 1, 0},
     {"batching", TDL_PARAM_BOOL, "true",
      "alone: requests of one resolution and sampler share the model's passes, joining and "
      "leaving between steps, up to --max-batch rows (--no-batching: one request at a time)",
@@ -236,6 +241,24 @@ int cli_serve_main(tdl_params_t *params, const char *what, const cli_colocate_t 
     if (!run && !tdl_param_str(params, "ckpt"))
         return cli_usage_error("'tidal serve' needs --ckpt FILE (a weights file from tidal "
                                "train)");
+    cli_vae_t vae_arg;
+    const char *vae_path = tdl_param_str(params, "vae");
+    if (vae_path && run)
+        return cli_usage_error("--vae: tidal run serves the model it trains, in pixels; serve a "
+                               "latent model with tidal serve --ckpt FILE --vae FILE");
+    if (vae_path) {
+        int vrc = cli_vae_config(vae_path, DIT_VAE_DECODER, &vae_arg);
+        if (vrc != CLI_EXIT_OK)
+            return vrc;
+        dit_config_t mc;
+        if (train_weights_config(tdl_param_str(params, "ckpt"), &mc) != TDL_OK)
+            return cli_usage_error("--ckpt: %s", tdl_error_get());
+        if (mc.in_channels != vae_arg.config.latent_channels)
+            return cli_usage_error("--vae %s makes images of latents of %d channels; the model "
+                                   "of %s has %d",
+                                   vae_path, vae_arg.config.latent_channels,
+                                   tdl_param_str(params, "ckpt"), mc.in_channels);
+    }
     int max_res = (int)tdl_param_int(params, "max-resolution");
     if (max_res != 32 && max_res != 64 && max_res != 128)
         return cli_usage_error("--max-resolution must be 32, 64 or 128, not %d", max_res);
@@ -278,7 +301,9 @@ int cli_serve_main(tdl_params_t *params, const char *what, const cli_colocate_t 
     gfc_runtime_t *rt = NULL;
     serve_dispatcher_t *d = NULL;
     bool up = false; /* every rank's gfc runtime is up (the same on every rank) */
-    if ((st = serving_model(params, run, &m)) != TDL_OK) {
+    dit_vae_t *vae = NULL;
+    if ((st = serving_model(params, run, &m)) != TDL_OK ||
+        (vae_path && (st = cli_vae_load(&vae_arg, &vae)) != TDL_OK)) {
         fprintf(stderr, "tidal[%d]: %s: %s\n", me.rank, what, tdl_error_get());
         rc = CLI_EXIT_FAILURE;
     }
@@ -309,6 +334,7 @@ int cli_serve_main(tdl_params_t *params, const char *what, const cli_colocate_t 
             char policy[64];
             coord_rank0_opts_t o;
             rank0_opts(params, run, policy, sizeof(policy), &o);
+            o.vae = vae;
             char **names = NULL;
             if ((st = serving_class_names(params, run, m, &o.http.class_names, &names)) != TDL_OK) {
                 fprintf(stderr, "tidal: %s: %s\n", what, tdl_error_get());
@@ -338,7 +364,7 @@ int cli_serve_main(tdl_params_t *params, const char *what, const cli_colocate_t 
     } else if (rc == CLI_EXIT_OK && rt) {
         /* an executor: requests from rank 0 until it says stop; a signal here changes nothing */
         st = run ? coord_worker_run(&run->worker, rt, me.rank, me.size, m)
-                 : serve_executor_loop(rt, me.rank, m);
+                 : serve_executor_loop(rt, me.rank, m, vae);
         if (st != TDL_OK) {
             fprintf(stderr, "tidal[%d]: %s: %s\n", me.rank, what, tdl_error_get());
             rc = CLI_EXIT_FAILURE;
@@ -362,6 +388,7 @@ int cli_serve_main(tdl_params_t *params, const char *what, const cli_colocate_t 
             verdict = CLI_EXIT_FAILURE;
     }
     dit_model_free(m);
+    dit_vae_free(vae);
     cli_mpi_end(deaths);
     return (int)verdict;
 }

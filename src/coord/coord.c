@@ -126,6 +126,8 @@ static void elog_header(const coord_t *c)
         elog(c, "# period from_h=%.17g serve=%.17g", o->from_h[i], o->serve[i]);
     if (g->batch_rows > 1) /* (only then: the logs of before batching read the same) */
         elog(c, "# batch rows=%d", g->batch_rows);
+    if (g->pixel_scale > 1) /* (likewise: a latent model's VAE) */
+        elog(c, "# pixel_scale=%d", g->pixel_scale);
     const coord_cost_model_t *m = &c->cost;
     elog(c,
          "# cost patch=%d per_image=%d migration_latency_s=%.17g migration_bytes_per_s=%.17g "
@@ -515,6 +517,9 @@ tdl_status_t coord_request_arrive_at(coord_t *c, double now, double arrived,
          now, arrived, p->label, p->cfg, p->n, p->resolution, p->steps, (int)p->sampler,
          p->priority, p->deadline_ms, p->seed);
     arrived = fmin(arrived, now);
+    serve_request_params_t q = *p; /* as the tasks run it: at the model's resolution */
+    q.resolution /= c->cfg.pixel_scale > 1 ? c->cfg.pixel_scale : 1;
+    p = &q;
     if (c->nreqs == c->cap) {
         size_t cap = c->cap ? 2 * c->cap : 64;
         uint64_t *ans = tdl_realloc(c->answers, cap * sizeof(*ans));

@@ -31,6 +31,9 @@ typedef struct coord_config {
      * join a chunk on its ranks while their images fit in batch_rows; 0 or 1: none, and none
      * with cfg_parallel (whose halves are one request's) */
     int batch_rows;
+    /* requests name images this many times the model's side (a latent model's VAE): tasks run
+     * at the model's resolution; 0 or 1: the same */
+    int pixel_scale;
     int admit_max;     /* requests the policy sees at once (0: max(16, 4 x workers)) */
     /* co-location: NULL realloc serves on every worker; otherwise every worker trains at
      * first and the policy decides how many serve */

@@ -46,6 +46,7 @@ typedef struct coord_rank0_opts {
     const char *event_log; /* the coordinator's events and commands (coord_config_t.event_log) */
     int chunk;
     bool cfg_parallel;
+    const dit_vae_t *vae; /* a latent model's: its decoder makes the images (NULL: none) */
     const coord_colocate_opts_t *colocate; /* NULL: plain serving */
 } coord_rank0_opts_t;
 

@@ -96,6 +96,8 @@ typedef struct alone_req {
 
 typedef struct alone {
     dit_model_t *m;
+    const dit_vae_t *vae; /* a latent model's decoder, or NULL */
+    int scale;            /* requests' resolution over the model's (the VAE's upscale) */
     serve_queue_t *q;
     bool batching;
     alone_req_t *a;
@@ -142,7 +144,8 @@ static bool alone_fits(const alone_t *al, const serve_request_params_t *p, int r
 static void alone_admit(alone_t *al, serve_job_t *job)
 {
     const serve_request_params_t *p = serve_job_params(job);
-    size_t per = (size_t)al->m->config.in_channels * p->resolution * p->resolution;
+    int res = p->resolution / al->scale;
+    size_t per = (size_t)al->m->config.in_channels * res * res;
     if (al->n == al->cap) {
         int cap = al->cap ? 2 * al->cap : 8;
         alone_req_t *a = tdl_realloc(al->a, (size_t)cap * sizeof(*a));
@@ -191,14 +194,20 @@ static void alone_finish(alone_t *al, int i)
     const serve_request_params_t *p = r->p;
     double td = tdl_clock_s();
     job_event(al->q, r->job, "task_started", "decode", 0, p->steps, -1);
-    unsigned char *png = NULL;
-    size_t len = 0;
-    if (serve_png_encode(r->img, p->n, al->m->config.in_channels, p->resolution, p->resolution,
-                         serve_grid_cols(p->n), p->n > 1 ? SERVE_GRID_PAD : 0, &png,
-                         &len) != TDL_OK) {
-        alone_fail(al, i, "encoding failed");
+    int res = p->resolution / al->scale;
+    serve_traj_t t = {.spec = {.n = p->n, .res = res, .steps = p->steps},
+                      .channels = al->m->config.in_channels,
+                      .n = p->n,
+                      .res = res,
+                      .step = p->steps,
+                      .prepared = true,
+                      .x = r->img};
+    if (serve_task_decode(&t, al->vae, 0) != TDL_OK) {
+        alone_fail(al, i, al->vae ? "decoding failed" : "encoding failed");
         return;
     }
+    unsigned char *png = t.png;
+    size_t len = t.png_len;
     job_event(al->q, r->job, "task_finished", "decode", 0, p->steps, tdl_clock_s() - td);
     TDL_INFO("request %s: %d image(s) of %d, label %d, %d steps, cfg %.2f, seed %llu: %.3f s", p->id,
              p->n, p->resolution, p->label, p->steps, r->cfg, (unsigned long long)p->seed,
@@ -246,14 +255,14 @@ static bool alone_turn(alone_t *al, bool admit)
         const serve_request_params_t *p = r->p;
         al->trajs[i] = (serve_traj_t){.spec = {.seed = p->seed,
                                                .n = p->n,
-                                               .res = p->resolution,
+                                               .res = p->resolution / al->scale,
                                                .steps = p->steps,
                                                .label = p->label,
                                                .cfg = r->cfg,
                                                .sampler = (int)p->sampler},
                                       .channels = al->m->config.in_channels,
                                       .n = p->n,
-                                      .res = p->resolution,
+                                      .res = p->resolution / al->scale,
                                       .step = r->step,
                                       .prepared = true,
                                       .x = r->img};
@@ -578,7 +587,7 @@ static void print_latency(const char *what, serve_queue_t *q, serve_source_t src
 
 /* The coordinator for `world - 1` executors, from the options and the model. */
 static tdl_status_t coordinator_create(const coord_rank0_opts_t *o, int world, const dit_model_t *m,
-                                       FILE *event_log, coord_t **out)
+                                       int pixel_scale, FILE *event_log, coord_t **out)
 {
     coord_cost_model_t cost;
     tdl_status_t st = TDL_OK;
@@ -597,6 +606,7 @@ static tdl_status_t coordinator_create(const coord_rank0_opts_t *o, int world, c
                          .policy = coord_policy_find(o->policy),
                          .cfg_parallel = o->cfg_parallel,
                          .batch_rows = o->batching ? m->max_batch : 0,
+                         .pixel_scale = pixel_scale,
                          .realloc = k ? k->realloc : NULL,
                          .realloc_opts = k ? k->realloc_opts : (coord_realloc_opts_t){0},
                          .min_train = k ? k->min_train : 0,
@@ -618,10 +628,12 @@ tdl_status_t coord_rank0_run(const coord_rank0_opts_t *o, int world, dit_model_t
                           .max_resolution = o->max_resolution,
                           .default_resolution = 32,
                           .default_steps = o->default_steps,
-                          .default_cfg = o->default_cfg};
-    int in = c->input_size;
+                          .default_cfg = o->default_cfg,
+                          .pixel_scale = o->vae ? dit_vae_upscale(&o->vae->config) : 1};
+    int in = c->input_size, scale = serve_pixel_scale(&lim);
     if ((in == 32 || in == 64 || in == 128) && in <= o->max_resolution)
         lim.default_resolution = in;
+    lim.default_resolution *= scale;
 
     *bad_input = false;
     rank0_t r = {.d = d};
@@ -639,7 +651,8 @@ tdl_status_t coord_rank0_run(const coord_rank0_opts_t *o, int world, dit_model_t
     }
     if ((st = serve_queue_create(o->queue_max, o->keep_results, &r.q)) != TDL_OK)
         goto out;
-    al = (alone_t){.m = m, .q = r.q, .batching = o->batching};
+    al = (alone_t){.m = m, .vae = o->vae, .scale = scale, .q = r.q, .batching = o->batching};
+    serve_queue_set_pixel_scale(r.q, scale);
     if (d) {
         if (o->request_log && !(r.log = fopen(o->request_log, "w"))) {
             st = tdl_error_raise(TDL_ERR_IO, "--request-log %s: %s", o->request_log,
@@ -650,7 +663,7 @@ tdl_status_t coord_rank0_run(const coord_rank0_opts_t *o, int world, dit_model_t
             st = tdl_error_raise(TDL_ERR_IO, "--event-log %s: %s", o->event_log, strerror(errno));
             goto out;
         }
-        if ((st = coordinator_create(o, world, m, r.elog, &r.co)) != TDL_OK)
+        if ((st = coordinator_create(o, world, m, scale, r.elog, &r.co)) != TDL_OK)
             goto out;
         if (o->colocate && (st = coord_colocate_open(o->colocate, world - 1, &r.coloc)) != TDL_OK)
             goto out;
@@ -672,6 +685,10 @@ tdl_status_t coord_rank0_run(const coord_rank0_opts_t *o, int world, dit_model_t
            c->name, m->num_params, c->num_classes, o->ckpt ? o->ckpt : "the training run",
            o->weights, o->max_resolution, o->max_resolution, m->max_batch,
            (double)dit_model_activation_bytes(m) / 1048576.0, o->queue_max);
+    if (o->vae)
+        printf("tidal serve: latents of %d channels decoded by a VAE of %zu parameters, %dx: "
+               "requests name images of %d, %d or %d pixels\n",
+               c->in_channels, o->vae->num_params, scale, 32 * scale, 64 * scale, 128 * scale);
     if (http) {
         /* the address as bound: the port chosen when it said 0 */
         const char *listen = o->http.listen, *colon = strrchr(listen, ':');

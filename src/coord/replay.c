@@ -116,6 +116,10 @@ static tdl_status_t header(const char *path, long ln, const char *line, coord_co
             !get_d(line, "state_bytes_per_token", &cost->state_bytes_per_token))
             return bad(path, ln, "a cost line missing a field");
         cost->patch = (int)v[0], cost->per_image = v[1] != 0;
+    } else if (starts(line, "# pixel_scale=")) {
+        if (!get_i(line, "pixel_scale", &v[0]) || v[0] < 2 || v[0] > 256)
+            return bad(path, ln, "a pixel_scale line outside 2..256");
+        cfg->pixel_scale = (int)v[0];
     } else if (starts(line, "# batch ")) {
         if (!get_i(line, "rows", &v[0]) || v[0] < 2 || v[0] > 1 << 20)
             return bad(path, ln, "a batch line without rows in 2..2^20");

@@ -52,6 +52,7 @@ struct serve_worker {
     gfc_runtime_t *rt;
     int me;
     const dit_model_t *model;
+    const dit_vae_t *vae; /* a latent model's decoder, or NULL */
     held_t *held;
     int nheld;
     gfc_group_t ctl, status; /* {0, me}: commands in, reports out */
@@ -154,7 +155,7 @@ static tdl_status_t run_task(serve_worker_t *e, const serve_wire_task_t *c)
                                        c->cfg_parallel, c->steps);
     }
     if (st == TDL_OK && h && c->kind == SERVE_TASK_DECODE && c->ranks[0] == e->me)
-        st = serve_task_decode(&h->t, 0);
+        st = serve_task_decode(&h->t, e->vae, 0);
     return st;
 }
 
@@ -212,6 +213,11 @@ void serve_worker_free(serve_worker_t *w)
 void serve_worker_set_model(serve_worker_t *w, const dit_model_t *model)
 {
     w->model = model;
+}
+
+void serve_worker_set_vae(serve_worker_t *w, const dit_vae_t *vae)
+{
+    w->vae = vae;
 }
 
 int serve_worker_held(const serve_worker_t *w)
@@ -408,10 +414,13 @@ tdl_status_t serve_worker_report(serve_worker_t *w, const void *buf, size_t len)
     return gfc_send(&w->status, 0, w->status_seq++, buf, len);
 }
 
-tdl_status_t serve_executor_loop(gfc_runtime_t *rt, int me, const dit_model_t *model)
+tdl_status_t serve_executor_loop(gfc_runtime_t *rt, int me, const dit_model_t *model,
+                                 const dit_vae_t *vae)
 {
     serve_worker_t *w;
     tdl_status_t st = serve_worker_create(rt, me, model, &w);
+    if (st == TDL_OK)
+        serve_worker_set_vae(w, vae);
     serve_ctl_msg_t msg;
     while (st == TDL_OK && (st = serve_worker_run(w, &msg)) == TDL_OK && msg.op != SERVE_OP_STOP)
         TDL_WARN("executor %d: command %u ignored (not a serving command)", me, msg.op);

@@ -654,7 +654,7 @@ static http_result_t handle_metrics(serve_http_t *h, struct MHD_Connection *c, c
                 hists[i].help, hists[i].name);
         for (int ri = 0; ri < SERVE_NRES; ri++) {
             const serve_hist_t *hs = &hists[i].hist[ri];
-            int res = serve_res_values[ri];
+            int res = serve_res_values[ri] * serve_pixel_scale(&h->o.limits);
             uint64_t cum = 0;
             for (int b = 0; b < SERVE_HIST_BUCKETS; b++) {
                 cum += hs->buckets[b];

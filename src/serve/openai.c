@@ -238,10 +238,11 @@ static json_t *openai_field_error(const serve_field_error_t *err, const serve_li
     if (strcmp(err->field, "resolution") == 0) {
         char shown[40];
         serve_printable(shown, sizeof(shown), size);
+        int sc = serve_pixel_scale(lim), top = lim->max_resolution * sc;
         return openai_fail(code, 400, "size",
-                           "'size' must be 32x32, 64x64 or 128x128, at most %dx%d on this server "
+                           "'size' must be %dx%d, %dx%d or %dx%d, at most %dx%d on this server "
                            "(--max-resolution), got '%s'",
-                           lim->max_resolution, lim->max_resolution, shown);
+                           32 * sc, 32 * sc, 64 * sc, 64 * sc, 128 * sc, 128 * sc, top, top, shown);
     }
     for (size_t i = 0; i < TDL_ARRAY_SIZE(openai_native); i++) {
         size_t nlen = strlen(openai_native[i].native);

@@ -48,6 +48,7 @@ struct serve_queue {
     pthread_cond_t finished; /* some request finished */
     pthread_cond_t evented;  /* some request has a new event */
     int max_queued, keep_finished;
+    int scale; /* serve_queue_set_pixel_scale's */
     bool closed;
     serve_job_t **table; /* every request known, in no order */
     size_t ntable, cap;
@@ -105,6 +106,11 @@ static void deadline_after(struct timespec *ts, int ms)
     }
 }
 
+void serve_queue_set_pixel_scale(serve_queue_t *q, int scale)
+{
+    q->scale = scale > 1 ? scale : 1;
+}
+
 tdl_status_t serve_queue_create(int max_queued, int keep_finished, serve_queue_t **queue_out)
 {
     if (max_queued < 1 || keep_finished < 0)
@@ -123,6 +129,7 @@ tdl_status_t serve_queue_create(int max_queued, int keep_finished, serve_queue_t
     pthread_cond_init(&q->evented, &ca);
     pthread_condattr_destroy(&ca);
     q->max_queued = max_queued;
+    q->scale = 1;
     q->keep_finished = keep_finished;
     q->stats.capacity = max_queued;
     q->salt = splitmix64(tdl_clock_ns() ^ ((uint64_t)(uintptr_t)q << 17) ^
@@ -243,7 +250,7 @@ static void job_finish(serve_queue_t *q, serve_job_t *j, serve_state_t state, co
     }
     if (state == SERVE_STATE_DONE) {
         c->done++;
-        int ri = serve_res_index(in->params.resolution);
+        int ri = serve_res_index(in->params.resolution / q->scale);
         hist_observe(&q->stats.latency[ri], latency);
         hist_observe(&q->stats.run[ri], in->end_s - in->start_s);
         size_t *n = &q->nlat[in->source], *cap = &q->caplat[in->source];
@@ -418,7 +425,7 @@ tdl_status_t serve_queue_pop(serve_queue_t *q, int timeout_ms, serve_job_t **job
     j->refs++;
     j->info.state = SERVE_STATE_RUNNING;
     j->info.start_s = tdl_clock_s();
-    hist_observe(&q->stats.queue_wait[serve_res_index(j->info.params.resolution)],
+    hist_observe(&q->stats.queue_wait[serve_res_index(j->info.params.resolution / q->scale)],
                  j->info.start_s - j->info.submit_s);
     event_add(q, j, "started",
               json_pack("{s:s, s:f}", "status", "running", "queued_s",

@@ -140,11 +140,13 @@ static tdl_status_t request_from_json(json_t *root, const serve_limits_t *lim,
         (st = get_int(root, "priority", -SERVE_MAX_PRIORITY, SERVE_MAX_PRIORITY, &prio, err)) ||
         (st = get_int(root, "deadline_ms", 0, SERVE_MAX_DEADLINE_MS, &deadline, err)))
         return st;
-    if ((res != 32 && res != 64 && res != 128) || res > lim->max_resolution)
+    int sc = serve_pixel_scale(lim);
+    if ((res != 32 * sc && res != 64 * sc && res != 128 * sc) ||
+        res > (int64_t)lim->max_resolution * sc)
         return field_error(err, "resolution",
-                           "'resolution' must be 32, 64 or 128 (at most %d "
+                           "'resolution' must be %d, %d or %d (at most %d "
                            "on this server), got %lld",
-                           lim->max_resolution, (long long)res);
+                           32 * sc, 64 * sc, 128 * sc, lim->max_resolution * sc, (long long)res);
     double cfg = lim->default_cfg;
     if ((v = json_object_get(root, "cfg")) && !json_is_null(v)) {
         if (!json_is_number(v))

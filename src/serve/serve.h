@@ -11,6 +11,7 @@
 
 #include "core/core.h"
 #include "dit/dit.h"
+#include "dit/vae.h"
 #include "gfc/gfc.h"
 
 #ifdef __cplusplus
@@ -54,7 +55,16 @@ typedef struct serve_limits {
     /* what the model predicts: its samplers are euler and heun (rectified flow, heun by
      * default) or ddpm and ddim (the Gaussian diffusion, ddpm by default) */
     dit_objective_t objective;
+    /* a latent model's VAE: requests name the images' resolution, this many times the model's
+     * (32, 64 or 128); 0 or 1: none, the model's own */
+    int pixel_scale;
 } serve_limits_t;
+
+/* The scale of a server's limits (1 without a VAE). */
+static inline int serve_pixel_scale(const serve_limits_t *lim)
+{
+    return lim->pixel_scale > 1 ? lim->pixel_scale : 1;
+}
 
 /* Which field of a request was wrong, and how; field is "body" when the text is not a JSON
  * object at all. */
@@ -171,6 +181,9 @@ typedef struct serve_job serve_job_t; /* a request taken from the queue to run *
 
 /* At most max_queued requests wait; the last keep_finished finished ones stay readable. */
 tdl_status_t serve_queue_create(int max_queued, int keep_finished, serve_queue_t **queue_out);
+/* Requests name images of this many times the model's resolution (a latent model's VAE): the
+ * histograms by resolution file them by the model's. */
+void serve_queue_set_pixel_scale(serve_queue_t *queue, int scale);
 /* No job may be running and no thread waiting in the queue any more. */
 void serve_queue_destroy(serve_queue_t *queue);
 
@@ -384,8 +397,9 @@ tdl_status_t serve_task_step_chunk(serve_traj_t *t, const dit_model_t *model, gf
 tdl_status_t serve_task_step_batch(serve_traj_t *const *ts, int k, const dit_model_t *model,
                                    gfc_group_t *g, bool cfg_parallel, const int *counts);
 /* DECODE: the latents as 8-bit pixels in a PNG grid of ncols columns (0: the smallest square
- * grid that holds them), 2 pixels apart when there are several: what tidal serve answers. */
-tdl_status_t serve_task_decode(serve_traj_t *t, int ncols);
+ * grid that holds them), 2 pixels apart when there are several: what tidal serve answers. With
+ * a VAE (a latent model), its decoder's images of upscale times the side instead. */
+tdl_status_t serve_task_decode(serve_traj_t *t, const dit_vae_t *vae, int ncols);
 /* The state as bytes (to keep or to send) and back; unpack checks what it reads. */
 size_t serve_traj_packed_bytes(const serve_traj_t *t);
 void serve_traj_pack(const serve_traj_t *t, unsigned char *buf);
@@ -463,6 +477,8 @@ tdl_status_t serve_worker_create(gfc_runtime_t *rt, int me, const dit_model_t *m
 void serve_worker_free(serve_worker_t *w);
 /* The model the next tasks run (a reloaded checkpoint). */
 void serve_worker_set_model(serve_worker_t *w, const dit_model_t *model);
+/* The VAE whose decoder makes a latent model's images at DECODE (NULL: none). */
+void serve_worker_set_vae(serve_worker_t *w, const dit_vae_t *vae);
 /* Requests whose state this worker holds. */
 int serve_worker_held(const serve_worker_t *w);
 /* Runs the tasks rank 0 sends, waiting for them without a timeout, until a command that is not
@@ -479,7 +495,8 @@ tdl_status_t serve_worker_report(serve_worker_t *w, const void *buf, size_t len)
  * it and the ranks that hold the state, and every rank of either takes part (the state moves
  * over gfc when the two differ). The first rank of a task reports to rank 0: the PNG after
  * DECODE, a status after the others. */
-tdl_status_t serve_executor_loop(gfc_runtime_t *rt, int me, const dit_model_t *model);
+tdl_status_t serve_executor_loop(gfc_runtime_t *rt, int me, const dit_model_t *model,
+                                 const dit_vae_t *vae);
 
 /* ==== rank 0's dispatcher (src/serve/dispatch.c) ============================================== */
 

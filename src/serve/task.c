@@ -329,7 +329,7 @@ tdl_status_t serve_task_step_batch(serve_traj_t *const *ts, int k, const dit_mod
     return st;
 }
 
-tdl_status_t serve_task_decode(serve_traj_t *t, int ncols)
+tdl_status_t serve_task_decode(serve_traj_t *t, const dit_vae_t *vae, int ncols)
 {
     if (t->step < t->spec.steps)
         return tdl_error_raise(TDL_ERR_INVALID_ARG, "request %llu: DECODE after %d of %d steps",
@@ -338,8 +338,26 @@ tdl_status_t serve_task_decode(serve_traj_t *t, int ncols)
     t->png = NULL;
     if (ncols <= 0)
         ncols = serve_grid_cols(t->n);
-    return serve_png_encode(t->x, t->n, t->channels, t->res, t->res, ncols,
-                            t->n > 1 ? SERVE_GRID_PAD : 0, &t->png, &t->png_len);
+    int pad = t->n > 1 ? SERVE_GRID_PAD : 0;
+    if (!vae)
+        return serve_png_encode(t->x, t->n, t->channels, t->res, t->res, ncols, pad, &t->png,
+                                &t->png_len);
+    /* latents: the VAE's decoder makes the images */
+    if (vae->config.latent_channels != t->channels)
+        return tdl_error_raise(TDL_ERR_MISMATCH,
+                               "request %llu: latents of %d channels, a VAE of %d",
+                               (unsigned long long)t->spec.id, t->channels,
+                               vae->config.latent_channels);
+    int side = t->res * dit_vae_upscale(&vae->config), oc = vae->config.out_channels;
+    float *rgb = malloc((size_t)t->n * oc * side * side * sizeof(float));
+    if (!rgb)
+        return tdl_error_raise(TDL_ERR_NOMEM, "request %llu: out of memory for its images",
+                               (unsigned long long)t->spec.id);
+    tdl_status_t st = dit_vae_decode(vae, t->x, t->n, t->res, t->res, rgb);
+    if (st == TDL_OK)
+        st = serve_png_encode(rgb, t->n, oc, side, side, ncols, pad, &t->png, &t->png_len);
+    free(rgb);
+    return st;
 }
 
 /* ---- the state between tasks, as bytes ---------------------------------------------------- */

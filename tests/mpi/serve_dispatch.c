@@ -62,7 +62,7 @@ static void reference(const dit_model_t *m, const serve_traj_spec_t *spec, serve
     serve_traj_init(ref, spec, m->config.in_channels);
     serve_task_prepare(ref);
     serve_task_step_chunk(ref, m, NULL, false, 100);
-    serve_task_decode(ref, 0);
+    serve_task_decode(ref, NULL, 0);
 }
 
 int main(int argc, char **argv)
@@ -169,7 +169,7 @@ int main(int argc, char **argv)
         }
         serve_dispatcher_free(d);
     } else {
-        harness_expect_status(&h, serve_executor_loop(h.rt, h.rank, m), TDL_OK, "executor");
+        harness_expect_status(&h, serve_executor_loop(h.rt, h.rank, m, NULL), TDL_OK, "executor");
     }
     harness_point(&h, "tasks on %d executors: state kept between tasks and moved between ranks, "
                       "A's PNG byte for byte rank 0's, B's valid, bad tasks refused",

@@ -104,7 +104,7 @@ int main(int argc, char **argv)
                        spec.steps);
         harness_expect(&h, worst <= 1e-4 * scale,
                        "migrated final latents differ by %.3g (scale %.3g)", worst, scale);
-        harness_expect_status(&h, serve_task_decode(&t, 0), TDL_OK, "decode");
+        harness_expect_status(&h, serve_task_decode(&t, NULL, 0), TDL_OK, "decode");
         harness_expect(&h, t.png_len > 8 && !memcmp(t.png, "\x89PNG", 4), "a PNG came out");
         if (h.rank == last->ranks[0])
             harness_diag(&h, "after %d stages and %d migrations: largest difference %.2e of %.2e",
