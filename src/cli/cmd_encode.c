@@ -3,7 +3,6 @@
 #include "config.h"
 
 #include <dirent.h>
-#include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -13,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "cli/cli.h"
+#include "tensor/tensor.h"
 #include "train/train.h"
 
 static const tdl_param_def_t encode_params[] = {
@@ -271,35 +271,6 @@ static tdl_status_t src_get(const src_t *s, size_t i, train_image_t *img)
 
 /* ---- the command ----------------------------------------------------------------------------- */
 
-/* OpenBLAS runs its AVX2 kernels where OPENBLAS_CORETYPE says so (the environment of this
- * project's build machine sets Haswell) or where it does not know the CPU, and its AVX-512 ones
- * faster (bench/run vae-decode): a hint, since only the environment chooses them. */
-static char blas_hint_buf[200];
-static const char *blas_hint(void)
-{
-#if defined(__GNUC__) && defined(__x86_64__)
-    /* looked up at run time: libtidal, not this program, links the BLAS */
-    char *(*corename)(void) = (char *(*)(void))dlsym(RTLD_DEFAULT, "openblas_get_corename");
-    const char *name = corename ? corename() : NULL, *env = getenv("OPENBLAS_CORETYPE");
-    if (name && __builtin_cpu_supports("avx512f") &&
-        (!strcmp(name, "Haswell") || !strncmp(name, "Zen", 3) || !strcmp(name, "Sandybridge"))) {
-        if (env)
-            snprintf(blas_hint_buf, sizeof(blas_hint_buf),
-                     "; OPENBLAS_CORETYPE=%s keeps OpenBLAS off its AVX-512 kernels on this CPU: "
-                     "unset it, or set SKYLAKEX, to encode faster (doc/vae.md)",
-                     env);
-        else
-            snprintf(
-                blas_hint_buf, sizeof(blas_hint_buf),
-                "; OpenBLAS runs its %s kernels on this AVX-512 CPU: OPENBLAS_CORETYPE=SKYLAKEX "
-                "encodes faster (doc/vae.md)",
-                name);
-        return blas_hint_buf;
-    }
-#endif
-    return "";
-}
-
 static int encode_run(tdl_params_t *params, int npos, char **pos)
 {
     if (npos > 0)
@@ -383,9 +354,12 @@ static int encode_run(tdl_params_t *params, int npos, char **pos)
     }
     if ((st = train_latent_writer_open(out, n, &info, &w)) != TDL_OK)
         goto fail;
+    char advice[256];
+    tensor_blas_advice(advice, sizeof(advice));
     printf("tidal encode: %zu images of %s at %dx%d -> %zu latents of %dx%dx%d (%s, VAE %s) -> "
-           "%s%s\n",
-           n, data, res, res, n, lc, lh, lh, info.sample, vae_arg, out, blas_hint());
+           "%s%s%s\n",
+           n, data, res, res, n, lc, lh, lh, info.sample, vae_arg, out, advice[0] ? "; " : "",
+           advice);
     fflush(stdout);
     double t0 = tdl_clock_s();
     for (size_t i = 0; i < n; i++) {

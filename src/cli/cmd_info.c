@@ -9,6 +9,7 @@
 #include "cli/cli.h"
 #include "gfc/gfc.h"
 #include "mpi/bootstrap.h"
+#include "tensor/tensor.h"
 #ifdef TIDAL_HAVE_CUDA
 #include "cuda/cuda.h"
 #endif
@@ -206,9 +207,9 @@ static int info_run(tdl_params_t *params, int npos, char **pos)
     describe_cuda(cuda, sizeof(cuda));
     int n = snprintf(line, sizeof(line),
                      "rank=%d size=%d host=%s local_rank=%d local_size=%d ucx=%s cuda=%s "
-                     "build=%s",
+                     "build=%s blas=%s",
                      me.rank, me.size, me.host, me.local_rank, me.local_size, ucx, cuda,
-                     tdl_build_options());
+                     tdl_build_options(), tensor_blas_core());
     size_t len = n < 0 ? 0 : TDL_MIN((size_t)n, sizeof(line) - 1);
 
     /* Rank 0 prints every line in rank order, so the output does not interleave. */
@@ -223,6 +224,9 @@ static int info_run(tdl_params_t *params, int npos, char **pos)
         for (int r = 0; r < all.count; r++)
             printf("%.*s\n", (int)all.len[r], (const char *)all.data + all.off[r]);
         fflush(stdout);
+        char advice[256];
+        if (*tensor_blas_advice(advice, sizeof(advice)))
+            fprintf(stderr, "tidal: note: %s\n", advice);
     }
     tdl_blobs_free(&all);
     int rc = CLI_EXIT_OK;

@@ -2,6 +2,8 @@
 #include "config.h"
 
 #include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tensor/tensor.h"
@@ -44,4 +46,32 @@ void tensor_linear_backward(float *din, float *dweight, float *dbias, const floa
                 dbias[o] += row[o];
         }
     }
+}
+
+const char *tensor_blas_core(void)
+{
+    const char *name = openblas_get_corename();
+    return name ? name : "unknown";
+}
+
+const char *tensor_blas_advice(char *buf, size_t size)
+{
+    buf[0] = '\0';
+#if defined(__GNUC__) && defined(__x86_64__)
+    const char *name = tensor_blas_core(), *env = getenv("OPENBLAS_CORETYPE");
+    if (__builtin_cpu_supports("avx512f") &&
+        (!strcmp(name, "Haswell") || !strncmp(name, "Zen", 3) || !strcmp(name, "Sandybridge"))) {
+        if (env)
+            snprintf(buf, size,
+                     "OPENBLAS_CORETYPE=%s keeps OpenBLAS off this CPU's AVX-512 kernels: unset it "
+                     "(or set SKYLAKEX) for faster products (doc/vae.md)",
+                     env);
+        else
+            snprintf(buf, size,
+                     "OpenBLAS runs its %s kernels on this AVX-512 CPU: OPENBLAS_CORETYPE=SKYLAKEX "
+                     "gives faster products (doc/vae.md)",
+                     name);
+    }
+#endif
+    return buf;
 }

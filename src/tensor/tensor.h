@@ -38,4 +38,11 @@ void tensor_linear_backward(float *din, float *dweight, float *dbias, const floa
 void tensor_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a,
                  int lda, const float *b, int ldb, float beta, float *c, int ldc);
 
+/* The kernels OpenBLAS chose on this CPU ("Haswell", "SkylakeX", "Cooperlake", ...). */
+const char *tensor_blas_core(void);
+/* When OpenBLAS runs AVX2 kernels on a CPU with AVX-512 (OPENBLAS_CORETYPE says so, or OpenBLAS
+ * does not know the CPU), what to do about it, into buf; else "". The products are exact either
+ * way; the AVX-512 kernels are about 1.5 times as fast (doc/vae.md). */
+const char *tensor_blas_advice(char *buf, size_t size);
+
 #endif /* TIDAL_TENSOR_H */
