@@ -79,7 +79,7 @@ if [ -d /usr/share/datasets/fashion-mnist ]; then
         OPENBLAS_CORETYPE=Haswell "$TIDAL" encode --data fmnist --limit 1 --resolution 8 \
             --vae random:1 -o "$dir/h.h5" >"$dir/h.out" 2>&1
         check "on this AVX-512 CPU, OPENBLAS_CORETYPE=Haswell draws a hint on the first line" \
-            grep -q 'OPENBLAS_CORETYPE=Haswell keeps OpenBLAS off its AVX-512' "$dir/h.out"
+            grep -q "OPENBLAS_CORETYPE=Haswell keeps OpenBLAS off this CPU's AVX-512" "$dir/h.out"
     fi
     "$TIDAL" encode --data fmnist --limit 5 --resolution 16 --vae random:3 --latent mean \
         -o "$dir/fm_mean.h5" >/dev/null 2>&1
