@@ -328,7 +328,10 @@ tdl_status_t coord_workload_write(const char *path, const coord_workload_request
                 "\"cfg\": %g, \"seed\": %llu, \"priority\": %d, \"deadline_ms\": %lld%s}\n",
                 (long long)r[i].at_ms, r[i].label, r[i].n, r[i].resolution, r[i].steps, r[i].cfg,
                 (unsigned long long)r[i].seed, r[i].priority, (long long)r[i].deadline_ms,
-                r[i].euler ? ", \"sampler\": \"euler\"" : "");
+                r[i].diffusion == 1   ? ", \"sampler\": \"ddpm\""
+                : r[i].diffusion == 2 ? ", \"sampler\": \"ddim\""
+                : r[i].euler          ? ", \"sampler\": \"euler\""
+                                      : "");
     int bad = ferror(f);
     if (std)
         bad |= fflush(f);
@@ -460,18 +463,20 @@ tdl_status_t coord_workload_read(const char *path, coord_workload_request_t **re
                 goto out;
             }
         }
-        int euler = 0;
+        int euler = 0, diffusion = 0;
         if ((v = json_object_get(o, "sampler")) && !json_is_null(v)) {
             const char *sv = json_is_string(v) ? json_string_value(v) : "";
-            if (strcmp(sv, "euler") && strcmp(sv, "heun")) {
+            if (strcmp(sv, "euler") && strcmp(sv, "heun") && strcmp(sv, "ddpm") &&
+                strcmp(sv, "ddim")) {
                 st = tdl_error_raise(TDL_ERR_INVALID_ARG,
                                      "%s:%d: field 'sampler': must be "
-                                     "\"euler\" or \"heun\"",
+                                     "\"euler\", \"heun\", \"ddpm\" or \"ddim\"",
                                      path, line);
                 json_decref(o);
                 goto out;
             }
-            euler = !strcmp(sv, "euler");
+            euler = strcmp(sv, "heun") != 0; /* one model evaluation a step */
+            diffusion = !strcmp(sv, "ddpm") ? 1 : !strcmp(sv, "ddim") ? 2 : 0;
         }
         json_decref(o);
         r[n] = (coord_workload_request_t){.at_ms = at,
@@ -483,6 +488,7 @@ tdl_status_t coord_workload_read(const char *path, coord_workload_request_t **re
                                           .seed = (uint64_t)n,
                                           .priority = (int)prio,
                                           .euler = euler,
+                                          .diffusion = diffusion,
                                           .deadline_ms = dl};
         seeds[n] = (uint64_t)seed;
         n++;
@@ -519,5 +525,8 @@ void coord_workload_params(const coord_workload_request_t *q, serve_request_para
                                     .seed = q->seed,
                                     .priority = q->priority,
                                     .deadline_ms = q->deadline_ms,
-                                    .sampler = q->euler ? DIT_SAMPLER_EULER : DIT_SAMPLER_HEUN};
+                                    .sampler = q->diffusion == 1   ? DIT_SAMPLER_DDPM
+                                               : q->diffusion == 2 ? DIT_SAMPLER_DDIM
+                                               : q->euler          ? DIT_SAMPLER_EULER
+                                                                   : DIT_SAMPLER_HEUN};
 }

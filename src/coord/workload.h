@@ -19,8 +19,9 @@ typedef struct coord_workload_request {
     double cfg;
     uint64_t seed;
     int priority;
-    int euler;           /* 1: "sampler": "euler" (one model evaluation a step); 0: Heun (two),
-                          * as tidal serve does by default */
+    int euler;           /* 1: one model evaluation a step ("euler", "ddpm", "ddim"); 0: Heun
+                          * (two), as tidal serve does by default */
+    int diffusion;       /* 1: "ddpm", 2: "ddim" (a Gaussian diffusion model's); 0: rf */
     int64_t deadline_ms; /* from arrival; 0: none */
 } coord_workload_request_t;
 

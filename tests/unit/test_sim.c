@@ -302,6 +302,26 @@ static void test_trace(void)
     ok(coord_workload_read(path, &back, &nb) == TDL_OK && nb == 3 && back[0].seed == 8 &&
            back[1].seed == 9 && back[2].seed == 7,
        "sorted by at_ms, ties in file order");
+    free(back);
+    back = NULL;
+    f = fopen(path, "w");
+    fputs("{\"at_ms\": 1, \"sampler\": \"ddim\"}\n{\"at_ms\": 2, \"sampler\": \"ddpm\"}\n"
+          "{\"at_ms\": 3, \"sampler\": \"heun\"}\n",
+          f);
+    fclose(f);
+    ok(coord_workload_read(path, &back, &nb) == TDL_OK && nb == 3 && back[0].diffusion == 2 &&
+           back[0].euler == 1 && back[1].diffusion == 1 && back[1].euler == 1 &&
+           back[2].diffusion == 0 && back[2].euler == 0,
+       "ddim and ddpm: one model evaluation a step, the diffusion's samplers: %s",
+       tdl_error_get());
+    coord_workload_request_t again[3];
+    memcpy(again, back, sizeof(again));
+    free(back);
+    back = NULL;
+    ok(coord_workload_write(path, again, 3) == TDL_OK &&
+           coord_workload_read(path, &back, &nb) == TDL_OK && nb == 3 &&
+           !memcmp(again, back, sizeof(again)),
+       "and so written back");
     unlink(path);
     free(back);
     free(rs);
