@@ -196,16 +196,7 @@ PY
     rate=$(awk -F, '$1 == "saturation" && $2 == 32 && $3 == "unbatched" { print $6 }' "$tcsv")
     [ -n "$rate" ] || return 0
     n=40 && [ -n "$quick" ] && n=20
-    /usr/bin/python3 - "$work/low.jsonl" "$n" "$rate" <<'PY'
-import json, random, sys
-path, n, rate = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-rng, t = random.Random(23), 0.0
-with open(path, "w") as f:
-    for i in range(n):
-        t += rng.expovariate(0.3 * rate)
-        f.write(json.dumps({"at_ms": int(t * 1000), "label": i % 10, "resolution": 32,
-                            "steps": 20, "cfg": 4, "seed": 2000 + i}) + "\n")
-PY
+    serve_batch_low_trace "$work/low.jsonl" "$n" "$rate" 23 2000
     for mode in unbatched batched; do
         say "30% load at 32 px ($(awk -v r="$rate" 'BEGIN { printf "%.2f", 0.3 * r }') requests/s), $mode"
         serve_batch_trace low 32 "$mode" "$work/low.jsonl" "$n" >>"$tcsv" || bench_failed+=("low load $mode")
@@ -246,16 +237,7 @@ serve_batch_cluster() {
             rate=$(awk -F, '$1 == "saturation" && $2 == 32 && $3 == "unbatched" { print $6 }' "$ccsv")
             [ -n "$rate" ] || continue
             n=40 && [ -n "$quick" ] && n=20
-            /usr/bin/python3 - "$trace" "$n" "$rate" <<'PY'
-import json, random, sys
-path, n, rate = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-rng, t = random.Random(29), 0.0
-with open(path, "w") as f:
-    for i in range(n):
-        t += rng.expovariate(0.3 * rate)
-        f.write(json.dumps({"at_ms": int(t * 1000), "label": i % 10, "resolution": 32,
-                            "steps": 20, "cfg": 4, "seed": 3000 + i}) + "\n")
-PY
+            serve_batch_low_trace "$trace" "$n" "$rate" 29 3000
             ;;
         esac
         [ -s "$trace" ] || continue
@@ -282,4 +264,19 @@ print(f"{what},{res},{mode},{len(rs)},{span:.4f},{len(rs) / span:.4f},{p50:.4f},
 PY
         done
     done
+}
+
+# serve_batch_low_trace PATH N RATE RNG_SEED FIRST_SEED: N requests at 32 px (20 Heun steps,
+# guidance 4) arriving as Poisson at 30% of RATE requests/s.
+serve_batch_low_trace() {
+    /usr/bin/python3 - "$@" <<'PY'
+import json, random, sys
+path, n, rate, rs, s0 = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+rng, t = random.Random(rs), 0.0
+with open(path, "w") as f:
+    for i in range(n):
+        t += rng.expovariate(0.3 * rate)
+        f.write(json.dumps({"at_ms": int(t * 1000), "label": i % 10, "resolution": 32,
+                            "steps": 20, "cfg": 4, "seed": s0 + i}) + "\n")
+PY
 }

@@ -63,6 +63,16 @@ static const tdl_param_def_t profile_params[] = {
     CLI_DEVICE_PARAM,
 };
 
+/* Weights of normal(0, 0.05), the same every run: the times do not depend on what they are. */
+static void random_weights(dit_model_t *m)
+{
+    tdl_rng_t rng;
+    tdl_rng_init(&rng, 1, 1);
+    for (size_t i = 0; i < m->num_params; i++)
+        m->params[i] = 0.05f * tdl_rng_normal(&rng);
+    dit_model_params_changed(m);
+}
+
 /* The slowest member's median of `reps` timings of one stage of one image on group g (members
  * only; the others pass g == NULL and get 0 back). Every member of the world calls it. */
 static double time_stage(const dit_model_t *m, gfc_group_t *g, coord_cost_stage_t stage, int side,
@@ -138,13 +148,8 @@ static tdl_status_t profile_batches(const dit_config_t *cfg, const int *sides, i
         maxb = TDL_MAX(maxb, batches[i]);
     dit_model_t *m = NULL;
     tdl_status_t st = dit_model_create_inference(cfg, maxb, maxside, NULL, &m);
-    if (st == TDL_OK) {
-        tdl_rng_t rng;
-        tdl_rng_init(&rng, 1, 1);
-        for (size_t i = 0; i < m->num_params; i++)
-            m->params[i] = 0.05f * tdl_rng_normal(&rng);
-        dit_model_params_changed(m);
-    }
+    if (st == TDL_OK)
+        random_weights(m);
     for (int i = 0; i < nsides && st == TDL_OK; i++) {
         int tokens = (sides[i] / cfg->patch_size) * (sides[i] / cfg->patch_size);
         double one = time_batch(m, sides[i], 1, reps, &st);
@@ -177,13 +182,8 @@ static tdl_status_t profile_serve(const dit_config_t *cfg, const int *sides, int
         maxside = sides[i] > maxside ? sides[i] : maxside;
     dit_model_t *m = NULL;
     tdl_status_t st = dit_model_create(cfg, 1, maxside, &m);
-    if (st == TDL_OK) {
-        tdl_rng_t rng;
-        tdl_rng_init(&rng, 1, 1);
-        for (size_t i = 0; i < m->num_params; i++)
-            m->params[i] = 0.05f * tdl_rng_normal(&rng);
-        dit_model_params_changed(m);
-    }
+    if (st == TDL_OK)
+        random_weights(m);
     coord_cost_model_t cost;
     coord_cost_model_default(&cost);
     snprintf(cost.name, sizeof(cost.name), "%s", cfg->name);

@@ -100,16 +100,23 @@ static tdl_status_t sampler_velocity(dit_model_t *m, const float *x, const int *
     return TDL_OK;
 }
 
+/* Whether `kind` steps the model's ODE from t to t': Euler or Heun, on a rectified-flow model. */
+static tdl_status_t ode_step_check(const dit_model_t *m, dit_sampler_kind_t kind)
+{
+    tdl_status_t check = dit_sampler_check(kind, m->config.objective);
+    if (check != TDL_OK || kind <= DIT_SAMPLER_HEUN)
+        return check;
+    return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                           "sampler %s takes whole trajectories (dit_sample), not steps from t to t'",
+                           dit_sampler_name(kind));
+}
+
 tdl_status_t dit_sampler_step(dit_model_t *m, float *x, const int *labels, int n, int h, int w,
                               float t_from, float t_to, dit_sampler_kind_t kind, float cfg)
 {
-    tdl_status_t check = dit_sampler_check(kind, m->config.objective);
-    if (check != TDL_OK || kind > DIT_SAMPLER_HEUN)
-        return check != TDL_OK ? check
-                               : tdl_error_raise(TDL_ERR_INVALID_ARG,
-                                                 "sampler %s takes whole trajectories "
-                                                 "(dit_sample), not steps from t to t'",
-                                                 dit_sampler_name(kind));
+    tdl_status_t check = ode_step_check(m, kind);
+    if (check != TDL_OK)
+        return check;
     size_t per = (size_t)m->config.in_channels * h * w;
     size_t total = (size_t)n * per;
     size_t batch = (size_t)m->max_batch * h * w * dit_config_out_channels(&m->config);
@@ -224,13 +231,9 @@ static tdl_status_t batch_velocity(dit_model_t *m, const dit_sample_item_t *item
 tdl_status_t dit_sampler_step_batch(dit_model_t *m, dit_sample_item_t *items, int nitems, int h,
                                     int w, dit_sampler_kind_t kind)
 {
-    tdl_status_t check = dit_sampler_check(kind, m->config.objective);
-    if (check != TDL_OK || kind > DIT_SAMPLER_HEUN)
-        return check != TDL_OK ? check
-                               : tdl_error_raise(TDL_ERR_INVALID_ARG,
-                                                 "sampler %s takes whole trajectories "
-                                                 "(dit_sample), not steps from t to t'",
-                                                 dit_sampler_name(kind));
+    tdl_status_t check = ode_step_check(m, kind);
+    if (check != TDL_OK)
+        return check;
     size_t per = (size_t)m->config.in_channels * h * w;
     int nrows = 0;
     for (int i = 0; i < nitems; i++) {
