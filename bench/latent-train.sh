@@ -4,7 +4,7 @@
 
 bm_latent_train() { # DiT-S/2 training on 4x32x32 latents (learn_sigma, the Gaussian diffusion), images/s and peak RSS, tidal train against PyTorch on the same threads
     local threads=1 batch=8 steps=10 warm=2 rounds=1 objective=ddpm n=64 r side out tmp
-    local params="" ips rss load
+    local params="" ips rss load ct cts envct=${OPENBLAS_CORETYPE:-} oct
     [ -n "$quick" ] && steps=4 warm=1
     set -- "${bench_extra[@]}"
     while [ $# -gt 0 ]; do
@@ -43,8 +43,13 @@ with h5py.File(sys.argv[1], "w") as f:
     f["labels"] = r.integers(0, 1000, int(sys.argv[2])).astype("int32")
     f.attrs["num_classes"] = 1000' "$tmp/latents.h5" "$n" ||
             die "cannot write the latent data set"
-        printf '%s\n' "side,round,model,objective,threads,batch,steps,warmup_steps,params,$(
-            )images_per_s_mean,images_per_s,peak_rss_mib,load1" >"$bench_csv"
+        printf '%s\n' "side,round,coretype,model,objective,threads,batch,steps,warmup_steps,$(
+            )params,images_per_s_mean,images_per_s,peak_rss_mib,load1" >"$bench_csv"
+        # auto: OpenBLAS's own choice (OPENBLAS_CORETYPE unset); and the environment's setting
+        cts=auto
+        [ -n "$envct" ] && cts="$cts env:$envct"
+        for ct in $cts; do
+        if [ "$ct" = auto ]; then unset OPENBLAS_CORETYPE; else export OPENBLAS_CORETYPE=$envct; fi
         for r in $(seq 1 "$rounds"); do
             # tidal first in odd rounds (it tells the parameter count), last in even ones
             for side in $( [ $((r % 2)) -eq 1 ] && echo tidal pytorch || echo pytorch tidal); do
@@ -54,8 +59,11 @@ with h5py.File(sys.argv[1], "w") as f:
                     train_throughput_launch tidal "$r" "$out" "$builddir/src/tidal" train \
                         --model DiT-S/2 --data "$tmp/latents.h5" --objective "$objective" \
                         --batch "$batch" --micro-batch "$batch" --steps $((warm + steps)) \
-                        --log-every 1 --val-every 0 --out "$tmp/tidal-out.$r" || continue
+                        --log-every 1 --val-every 0 --out "$tmp/tidal-out.$r.$ct" || continue
                     params=$(sed -n 's/^tidal train: .* (\([0-9]*\) parameters).*/\1/p' "$out")
+                    # the rates of loss.csv (2 decimals; the progress lines have 1) as lines
+                    awk -F, 'NR > 1 { print "step " $1 "/0 " $4 " img/s" }' \
+                        "$tmp/tidal-out.$r.$ct/loss.csv" >"$out.rates" 2>/dev/null
                 else
                     train_throughput_launch pytorch "$r" "$out" "$tt_py" "$tt_script" \
                         --model DiT-S/2 --data "$tmp/latents.h5" --objective "$objective" \
@@ -69,24 +77,38 @@ with h5py.File(sys.argv[1], "w") as f:
                         "lines, not the $((warm + steps)) steps asked for")
                     continue
                 fi
-                ips=$(train_throughput_rates "$out" "$warm" "$batch")
+                if [ "$side" = tidal ]; then
+                    ips=$(train_throughput_rates "$out.rates" "$warm" "$batch")
+                else
+                    ips=$(train_throughput_rates "$out" "$warm" "$batch")
+                fi
                 rss=$(train_throughput_rss "$out")
                 if [ -z "$ips" ] || [ -z "$rss" ]; then
                     bench_failed+=("$side, round $r: no rate or peak RSS in its output")
                     continue
                 fi
-                printf '%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n' "$side" "$r" DiT-S/2 \
-                    "$objective" "$threads" "$batch" "$steps" "$warm" "${params:-0}" "${ips% *}" \
-                    "${ips#* }" "$rss" "$load" >>"$bench_csv"
+                printf '%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n' "$side" "$r" "$ct" \
+                    DiT-S/2 "$objective" "$threads" "$batch" "$steps" "$warm" "${params:-0}" \
+                    "${ips% *}" "${ips#* }" "$rss" "$load" >>"$bench_csv"
             done
         done
+        done
+        if [ -n "$envct" ]; then export OPENBLAS_CORETYPE=$envct; else unset OPENBLAS_CORETYPE; fi
         rm -rf "$tmp"
     fi
-    local tb pb tm pm
+    local tb pb tm pm te pe csv_all=$bench_csv
+    # the auto rows' figures, then the environment's (train_throughput_max reads $bench_csv)
+    bench_csv=$results/$bench_name.sel.csv
+    awk -F, 'NR == 1 || $3 == "auto"' "$csv_all" >"$bench_csv"
     tb=$(train_throughput_max tidal images_per_s) pb=$(train_throughput_max pytorch images_per_s)
     tm=$(train_throughput_max tidal peak_rss_mib) pm=$(train_throughput_max pytorch peak_rss_mib)
+    oct=$(awk -F, '$3 ~ /^env:/ { print $3; exit }' "$csv_all")
+    awk -F, 'NR == 1 || $3 ~ /^env:/' "$csv_all" >"$bench_csv"
+    te=$(train_throughput_max tidal images_per_s) pe=$(train_throughput_max pytorch images_per_s)
+    rm -f "$bench_csv"
+    bench_csv=$csv_all
     bench_headline latent_train_model DiT-S/2
-    bench_headline latent_train_objective "$(awk -F, 'NR == 2 { print $4 }' "$bench_csv")"
+    bench_headline latent_train_objective "$(awk -F, 'NR == 2 { print $5 }' "$bench_csv")"
     bench_headline latent_train_threads "$(csv_agg first threads)"
     bench_headline latent_train_batch "$(csv_agg first batch)"
     bench_headline latent_train_blas_core "$(env -u OPENBLAS_CORETYPE "${tt_py:-/usr/bin/python3}" -c 'import ctypes
@@ -95,18 +117,24 @@ try:
     f.restype = ctypes.c_char_p
     print(f().decode())
 except (OSError, AttributeError):
-    print("unknown")' 2>/dev/null) (OPENBLAS_CORETYPE unset; the runs: ${OPENBLAS_CORETYPE:-unset})"
+    print("unknown")' 2>/dev/null) (OPENBLAS_CORETYPE unset)"
     bench_headline latent_train_images_per_s_tidal "$tb"
     bench_headline latent_train_images_per_s_pytorch "$pb"
     bench_headline latent_train_peak_rss_mib_tidal "$tm"
     bench_headline latent_train_peak_rss_mib_pytorch "$pm"
     bench_headline latent_train_ratio_vs_pytorch "$(train_throughput_ratio "$tb" "$pb")"
     bench_headline latent_train_rss_ratio_vs_pytorch "$(train_throughput_ratio "$tm" "$pm")"
+    if [ -n "$oct" ]; then
+        bench_headline latent_train_coretype_env "OPENBLAS_CORETYPE=${oct#env:}"
+        bench_headline latent_train_images_per_s_tidal_env "$te"
+        bench_headline latent_train_images_per_s_pytorch_env "$pe"
+        bench_headline latent_train_ratio_vs_pytorch_env "$(train_throughput_ratio "$te" "$pe")"
+    fi
     bench_target "training images/s, tidal / PyTorch (best round of each)" \
         latent_train_ratio_vs_pytorch '>=' 1.0
     bench_target "peak resident set size, tidal / PyTorch (largest of each)" \
         latent_train_rss_ratio_vs_pytorch '<=' 1.0
-    bench_table side round model objective threads batch steps warmup_steps params \
+    bench_table side round coretype model objective threads batch steps warmup_steps params \
         images_per_s_mean images_per_s peak_rss_mib load1
     bench_note "model: DiT-S/2 on 4x32x32 latents (256 tokens; hidden 384, depth 12, 6 heads," \
         "1000 classes, learn_sigma: 8 output channels; params checked equal on both sides)," \
@@ -125,8 +153,11 @@ except (OSError, AttributeError):
         "--data FILE.h5) and hold it in memory"
     bench_note "rates: both print a progress line every step; after warmup_steps untimed steps," \
         "images_per_s = batch / the median step time of the steps timed steps," \
-        "images_per_s_mean = their images / their summed time (tidal's final checkpoint is" \
-        "written after the last progress line, outside both); peak_rss_mib = the process's" \
+        "images_per_s_mean = their images / their summed time (tidal's from its loss.csv, whose" \
+        "rates have 2 decimals, PyTorch's from its progress lines; tidal's final checkpoint is" \
+        "written after the last step, outside both); coretype auto: OpenBLAS's own choice of" \
+        "kernels (OPENBLAS_CORETYPE unset), env:X the environment's OPENBLAS_CORETYPE=X for both" \
+        "sides; peak_rss_mib = the process's" \
         "peak RSS (getrusage(RUSAGE_CHILDREN) of the waited-for process, whole run); load1 =" \
         "the 1-minute load average as the run started"
     bench_plot <<'GP'
@@ -136,7 +167,7 @@ set style fill solid 0.8 border -1
 set boxwidth 0.7
 set yrange [0:*]
 set key off
-label(i) = sprintf("%s %d", strcol("side"), column("round"))
+label(i) = sprintf("%s %s %d", strcol("side"), strcol("coretype"), column("round"))
 colour(i) = strcol("side") eq "tidal" ? 0x1f77b4 : 0xff7f0e
 set title "images per second (higher is better)"
 set ylabel "images/s"

@@ -401,7 +401,7 @@ def train(args):
             sync()
             now = time.perf_counter()
             n = (k + 1) % args.log_every or args.log_every
-            print('step %6d/%d  loss %.4f (avg %.4f)  %.1f img/s'
+            print('step %6d/%d  loss %.4f (avg %.4f)  %.2f img/s'
                   % (k + 1, total, loss, ema_loss, n * B / (now - t_last)), flush=True)
             t_last = now
     sync()
