@@ -49,49 +49,50 @@ with h5py.File(sys.argv[1], "w") as f:
         cts=auto
         [ -n "$envct" ] && cts="$cts env:$envct"
         for ct in $cts; do
-        if [ "$ct" = auto ]; then unset OPENBLAS_CORETYPE; else export OPENBLAS_CORETYPE=$envct; fi
-        for r in $(seq 1 "$rounds"); do
-            # tidal first in odd rounds (it tells the parameter count), last in even ones
-            for side in $( [ $((r % 2)) -eq 1 ] && echo tidal pytorch || echo pytorch tidal); do
-                out=$tmp/$side.$r.txt
-                load=$(bench_load)
-                if [ "$side" = tidal ]; then
-                    train_throughput_launch tidal "$r" "$out" "$builddir/src/tidal" train \
-                        --model DiT-S/2 --data "$tmp/latents.h5" --objective "$objective" \
-                        --batch "$batch" --micro-batch "$batch" --steps $((warm + steps)) \
-                        --log-every 1 --val-every 0 --out "$tmp/tidal-out.$r.$ct" || continue
-                    params=$(sed -n 's/^tidal train: .* (\([0-9]*\) parameters).*/\1/p' "$out")
-                    # the rates of loss.csv (2 decimals; the progress lines have 1) as lines
-                    awk -F, 'NR > 1 { print "step " $1 "/0 " $4 " img/s" }' \
-                        "$tmp/tidal-out.$r.$ct/loss.csv" >"$out.rates" 2>/dev/null
-                else
-                    train_throughput_launch pytorch "$r" "$out" "$tt_py" "$tt_script" \
-                        --model DiT-S/2 --data "$tmp/latents.h5" --objective "$objective" \
-                        --threads "$threads" --batch "$batch" --steps "$steps" \
-                        --warmup-steps "$warm" --log-every 1 \
-                        ${params:+--expect-params "$params"} || continue
-                    [ -n "$params" ] || params=$(awk '$1 == "parameters:" { print $2 }' "$out")
-                fi
-                if [ "$(train_throughput_steps "$out")" -ne $((warm + steps)) ]; then
-                    bench_failed+=("$side, round $r: $(train_throughput_steps "$out") progress" \
-                        "lines, not the $((warm + steps)) steps asked for")
-                    continue
-                fi
-                if [ "$side" = tidal ]; then
-                    ips=$(train_throughput_rates "$out.rates" "$warm" "$batch")
-                else
-                    ips=$(train_throughput_rates "$out" "$warm" "$batch")
-                fi
-                rss=$(train_throughput_rss "$out")
-                if [ -z "$ips" ] || [ -z "$rss" ]; then
-                    bench_failed+=("$side, round $r: no rate or peak RSS in its output")
-                    continue
-                fi
-                printf '%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n' "$side" "$r" "$ct" \
-                    DiT-S/2 "$objective" "$threads" "$batch" "$steps" "$warm" "${params:-0}" \
-                    "${ips% *}" "${ips#* }" "$rss" "$load" >>"$bench_csv"
+            [ "$ct" = auto ] && unset OPENBLAS_CORETYPE
+            [ "$ct" = auto ] || export OPENBLAS_CORETYPE=$envct
+            for r in $(seq 1 "$rounds"); do
+                # tidal first in odd rounds (it tells the parameter count), last in even ones
+                for side in $( [ $((r % 2)) -eq 1 ] && echo tidal pytorch || echo pytorch tidal); do
+                    out=$tmp/$side.$r.txt
+                    load=$(bench_load)
+                    if [ "$side" = tidal ]; then
+                        train_throughput_launch tidal "$r" "$out" "$builddir/src/tidal" train \
+                            --model DiT-S/2 --data "$tmp/latents.h5" --objective "$objective" \
+                            --batch "$batch" --micro-batch "$batch" --steps $((warm + steps)) \
+                            --log-every 1 --val-every 0 --out "$tmp/tidal-out.$r.$ct" || continue
+                        params=$(sed -n 's/^tidal train: .* (\([0-9]*\) parameters).*/\1/p' "$out")
+                        # the rates of loss.csv (2 decimals; the progress lines have 1) as lines
+                        awk -F, 'NR > 1 { print "step " $1 "/0 " $4 " img/s" }' \
+                            "$tmp/tidal-out.$r.$ct/loss.csv" >"$out.rates" 2>/dev/null
+                    else
+                        train_throughput_launch pytorch "$r" "$out" "$tt_py" "$tt_script" \
+                            --model DiT-S/2 --data "$tmp/latents.h5" --objective "$objective" \
+                            --threads "$threads" --batch "$batch" --steps "$steps" \
+                            --warmup-steps "$warm" --log-every 1 \
+                            ${params:+--expect-params "$params"} || continue
+                        [ -n "$params" ] || params=$(awk '$1 == "parameters:" { print $2 }' "$out")
+                    fi
+                    if [ "$(train_throughput_steps "$out")" -ne $((warm + steps)) ]; then
+                        bench_failed+=("$side, round $r: $(train_throughput_steps "$out") progress" \
+                            "lines, not the $((warm + steps)) steps asked for")
+                        continue
+                    fi
+                    if [ "$side" = tidal ]; then
+                        ips=$(train_throughput_rates "$out.rates" "$warm" "$batch")
+                    else
+                        ips=$(train_throughput_rates "$out" "$warm" "$batch")
+                    fi
+                    rss=$(train_throughput_rss "$out")
+                    if [ -z "$ips" ] || [ -z "$rss" ]; then
+                        bench_failed+=("$side, round $r: no rate or peak RSS in its output")
+                        continue
+                    fi
+                    printf '%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n' "$side" "$r" "$ct" \
+                        DiT-S/2 "$objective" "$threads" "$batch" "$steps" "$warm" "${params:-0}" \
+                        "${ips% *}" "${ips#* }" "$rss" "$load" >>"$bench_csv"
+                done
             done
-        done
         done
         if [ -n "$envct" ]; then export OPENBLAS_CORETYPE=$envct; else unset OPENBLAS_CORETYPE; fi
         rm -rf "$tmp"
