@@ -74,8 +74,8 @@ with h5py.File(sys.argv[1], "w") as f:
                         [ -n "$params" ] || params=$(awk '$1 == "parameters:" { print $2 }' "$out")
                     fi
                     if [ "$(train_throughput_steps "$out")" -ne $((warm + steps)) ]; then
-                        bench_failed+=("$side, round $r: $(train_throughput_steps "$out") progress" \
-                            "lines, not the $((warm + steps)) steps asked for")
+                        bench_failed+=("$side, round $r: $(train_throughput_steps "$out")" \
+                            "progress lines, not the $((warm + steps)) steps asked for")
                         continue
                     fi
                     if [ "$side" = tidal ]; then
@@ -112,7 +112,8 @@ with h5py.File(sys.argv[1], "w") as f:
     bench_headline latent_train_objective "$(awk -F, 'NR == 2 { print $5 }' "$bench_csv")"
     bench_headline latent_train_threads "$(csv_agg first threads)"
     bench_headline latent_train_batch "$(csv_agg first batch)"
-    bench_headline latent_train_blas_core "$(env -u OPENBLAS_CORETYPE "${tt_py:-/usr/bin/python3}" -c 'import ctypes
+    bench_headline latent_train_blas_core "$(env -u OPENBLAS_CORETYPE \
+        "${tt_py:-/usr/bin/python3}" -c 'import ctypes
 try:
     f = ctypes.CDLL("libopenblas.so.0").openblas_get_corename
     f.restype = ctypes.c_char_p
