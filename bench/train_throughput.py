@@ -14,14 +14,15 @@ prints the images per second.
 
     /usr/bin/python3 bench/train_throughput.py --threads 2 --batch 64 \\
         --warmup-steps 5 --steps 40 [--data fmnist|random|FILE.h5] [--expect-params N] \\
-        [--device cpu|cuda]
+        [--device cpu|cuda] [--objective rf|ddpm] [--learn-sigma model|on|off]
 
 The data: --data fmnist (the default when Debian's dataset-fashion-mnist is
 installed) holds the training images in memory as uint8, as tidal does, and
 makes each batch the way tidal does (pad 28x28 to 32x32 with -1, scale to
 [-1, 1]); --data FILE.h5 reads tidal's HDF5 format (doc/data.md: uint8 /images
 [N, H, W] or [N, C, H, W] at the model's resolution, /labels) and scales it the
-same way; --data random draws the batch from N(0, 1). Data loading is not what
+same way, or a latent set (float32 /latents [N, C, H, W], used as stored, as
+tidal does; `bench/run latent-train`); --data random draws the batch from N(0, 1). Data loading is not what
 the benchmark compares; both are a small part of a step.
 
 --device cuda (`bench/run gpu-train`): model, optimizer state, EMA and the data
@@ -30,6 +31,14 @@ respected), float32 with TF32 off for matrix products and convolutions, and
 torch.cuda.synchronize() before every clock reading. Each step reads the loss
 and checks the gradient norm on the host, as on the CPU, so every step ends
 synchronized on both sides.
+
+--objective rf|ddpm and --learn-sigma model|on|off as `tidal train`'s: rf (the
+default) is the rectified-flow MSE (on the first C channels with learn_sigma);
+ddpm the reference's Gaussian diffusion (1000 linear-beta steps, k uniform,
+embedded as k / 1000; the noise's MSE plus, with learn_sigma, the variational
+bound of the LEARNED_RANGE variance with the noise half frozen), written from
+the formulas tests/cli/test_ddpm_torch.sh holds tidal's to, in float32.
+--learn-sigma model: on for DiT-S/2 ... DiT-XL/8, off for tiny and fmnist.
 
 --expect-params N: exit with status 3 unless the model has N parameters (the
 count `tidal train` prints for the same configuration).
@@ -123,11 +132,15 @@ def load_fmnist(np):
 
 
 def load_h5(path, res):
-    """tidal's HDF5 data format: /images uint8 [N, H, W] or [N, C, H, W], /labels [N]."""
+    """tidal's HDF5 data format: /images uint8 [N, H, W] or [N, C, H, W], or /latents float32
+    [N, C, H, W] (read first where both are), and /labels [N]."""
     import h5py
     import numpy as np
     with h5py.File(path, 'r') as f:
-        images = np.asarray(f['images'], dtype=np.uint8)
+        if 'latents' in f:
+            images = np.asarray(f['latents'], dtype=np.float32)
+        else:
+            images = np.asarray(f['images'], dtype=np.uint8)
         labels = np.asarray(f['labels']).astype(np.int64)
     if images.ndim == 3:
         images = images[:, None]
@@ -135,6 +148,66 @@ def load_h5(path, res):
         raise SystemExit('train_throughput.py: %s: images %s are not [N, C, %d, %d]'
                          % (path, images.shape, res, res))
     return images, labels
+
+
+class GaussianDiffusion:
+    """The reference's Gaussian diffusion for training (create_diffusion(""): 1000 linear-beta
+    steps, LossType.MSE, LEARNED_RANGE variance with learn_sigma), from the formulas of
+    tests/cli/test_ddpm_torch.sh, its tables float64 as computed and float32 as used."""
+
+    def __init__(self, torch, np, learn_sigma, dev, T=1000):
+        b = np.linspace(0.0001, 0.02, T, dtype=np.float64)
+        ab = np.cumprod(1.0 - b)
+        b = 1.0 - ab / np.append(1.0, ab[:-1])   # recomputed from alphas_cumprod, as respaced
+        abp = np.append(1.0, ab[:-1])
+        post_var = b * (1.0 - abp) / (1.0 - ab)
+        tabs = dict(sqrt_ab=np.sqrt(ab), sqrt_1mab=np.sqrt(1.0 - ab), sra=np.sqrt(1.0 / ab),
+                    srm1=np.sqrt(1.0 / ab - 1), c1=b * np.sqrt(abp) / (1.0 - ab),
+                    c2=(1.0 - abp) * np.sqrt(1.0 - b) / (1.0 - ab), log_b=np.log(b),
+                    plvc=np.log(np.append(post_var[1], post_var[1:])))
+        self.torch, self.learn_sigma = torch, learn_sigma
+        self.tab = {k: torch.tensor(v, dtype=torch.float32, device=dev) for k, v in tabs.items()}
+
+    def ex(self, name, k):
+        return self.tab[name].index_select(0, k).view(-1, 1, 1, 1)
+
+    def q_sample(self, x0, noise, k):
+        return self.ex('sqrt_ab', k) * x0 + self.ex('sqrt_1mab', k) * noise
+
+    def loss(self, x0, xt, noise, k, out):
+        torch, c = self.torch, x0.shape[1]
+        eps = out[:, :c]
+        mse = ((noise - eps) ** 2).mean(dim=(1, 2, 3))
+        if not self.learn_sigma:
+            return mse.mean()
+        v = out[:, c:]                          # the noise half frozen: the bound trains v only
+        min_log, max_log = self.ex('plvc', k), self.ex('log_b', k)
+        frac = (v + 1) / 2
+        logvar = frac * max_log + (1 - frac) * min_log
+        pred_x0 = self.ex('sra', k) * xt - self.ex('srm1', k) * eps.detach()
+        mean = self.ex('c1', k) * pred_x0 + self.ex('c2', k) * xt
+        true_mean = self.ex('c1', k) * x0 + self.ex('c2', k) * xt
+        true_logvar = min_log
+        kl = 0.5 * (-1.0 + logvar - true_logvar + torch.exp(true_logvar - logvar) +
+                    (true_mean - mean) ** 2 * torch.exp(-logvar))
+        kl = kl.mean(dim=(1, 2, 3)) / math.log(2.0)
+        nll = -self.disc_log_likelihood(x0, mean, 0.5 * logvar).mean(dim=(1, 2, 3)) / \
+            math.log(2.0)
+        return (mse + torch.where(k == 0, nll, kl)).mean()
+
+    def disc_log_likelihood(self, x, means, log_scales):
+        torch = self.torch
+
+        def cdf(z):
+            return 0.5 * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (z + 0.044715 * z ** 3)))
+        centered, inv = x - means, torch.exp(-log_scales)
+        cdf_plus = cdf(inv * (centered + 1.0 / 255.0))
+        cdf_min = cdf(inv * (centered - 1.0 / 255.0))
+        log_cdf_plus = torch.log(cdf_plus.clamp(min=1e-12))
+        log_one_minus_cdf_min = torch.log((1.0 - cdf_min).clamp(min=1e-12))
+        log_delta = torch.log((cdf_plus - cdf_min).clamp(min=1e-12))
+        return torch.where(x < -0.999, log_cdf_plus,
+                           torch.where(x > 0.999, log_one_minus_cdf_min, log_delta))
 
 
 def train(args):
@@ -179,12 +252,14 @@ def train(args):
                 self._pe_key = key
             return self._pe
 
+    sigma = args.learn_sigma == 'on' or (args.learn_sigma == 'model' and
+                                          args.model not in ('tiny', 'fmnist'))
     model = BenchDiT(input_size=cfg['input_size'], patch_size=cfg['patch_size'],
                      in_channels=cfg['in_channels'], hidden_size=cfg['hidden_size'],
                      depth=cfg['depth'], num_heads=cfg['num_heads'], mlp_ratio=4.0,
-                     class_dropout_prob=0.1, num_classes=cfg['num_classes'], learn_sigma=False)
+                     class_dropout_prob=0.1, num_classes=cfg['num_classes'], learn_sigma=sigma)
     got = [(k, tuple(v.shape)) for k, v in model.state_dict().items()]
-    assert got == ref.expected_state_dict_shapes(dict(cfg, mlp_ratio=4.0)), \
+    assert got == ref.expected_state_dict_shapes(dict(cfg, mlp_ratio=4.0, learn_sigma=sigma)), \
         'state_dict differs from the reference DiT'
     nparams = sum(p.numel() for p in model.parameters())
     if args.expect_params is not None and nparams != args.expect_params:
@@ -258,13 +333,16 @@ def train(args):
             pos += take
             have += take
         idx = torch.cat(idx)
-        x = images.index_select(0, idx).float().div_(127.5).sub_(1.0)
+        x = images.index_select(0, idx)
+        if x.dtype != torch.float32:         # images; latents are used as stored
+            x = x.float().div_(127.5).sub_(1.0)
         if x.dim() == 3:                     # Fashion-MNIST: pad 28x28 to res x res with -1
             pad = (res - 28) // 2
             x = F.pad(x.unsqueeze(1), (pad, pad, pad, pad), value=-1.0)
         return x, labels.index_select(0, idx)
 
     decay = args.ema
+    gauss = GaussianDiffusion(torch, np, sigma, dev) if args.objective == 'ddpm' else None
 
     def step(k):
         lr = args.lr if args.warmup == 0 or k >= args.warmup else \
@@ -274,14 +352,18 @@ def train(args):
         x0, y = next_batch()
         drop = torch.rand(B, device=dev) < 0.1
         y = torch.where(drop, torch.full_like(y, cfg['num_classes']), y)
-        t = torch.rand(B, device=dev)
         noise = torch.randn_like(x0)
-        tb = t.view(-1, 1, 1, 1)
-        x_t = (1 - tb) * x0 + tb * noise
-        target = noise - x0
         opt.zero_grad(set_to_none=True)
-        out = model(x_t, t, y)
-        loss = F.mse_loss(out, target)
+        if gauss is not None:
+            k = (torch.rand(B, device=dev) * 1000).long().clamp_(max=999)
+            x_t = gauss.q_sample(x0, noise, k)
+            loss = gauss.loss(x0, x_t, noise, k, model(x_t, k.float() / 1000, y))
+        else:
+            t = torch.rand(B, device=dev)
+            tb = t.view(-1, 1, 1, 1)
+            x_t = (1 - tb) * x0 + tb * noise
+            out = model(x_t, t, y)
+            loss = F.mse_loss(out[:, :C] if sigma else out, noise - x0)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(params, args.clip)
         if torch.isfinite(norm):
@@ -294,9 +376,10 @@ def train(args):
     where = 'cpu'
     if dev.type == 'cuda':
         where = 'cuda:%d %s' % (torch.cuda.current_device(), torch.cuda.get_device_name())
-    print('pytorch: %s (%d parameters), %s data, torch %s on %s, %d thread%s, batch %d, '
-          '%d warm-up + %d timed steps'
-          % (args.model, nparams, data, torch.__version__, where, torch.get_num_threads(),
+    print('pytorch: %s (%d parameters, objective %s, learn_sigma %s), %s data, torch %s on %s, '
+          '%d thread%s, batch %d, %d warm-up + %d timed steps'
+          % (args.model, nparams, args.objective, 'on' if sigma else 'off', data,
+             torch.__version__, where, torch.get_num_threads(),
              '' if torch.get_num_threads() == 1 else 's', B, args.warmup_steps, args.steps),
           flush=True)
     # Steps are numbered over the whole run, warm-up included, as tidal numbers them; a progress
@@ -318,7 +401,7 @@ def train(args):
             sync()
             now = time.perf_counter()
             n = (k + 1) % args.log_every or args.log_every
-            print('step %6d/%d  loss %.4f (avg %.4f)  %.1f img/s'
+            print('step %6d/%d  loss %.4f (avg %.4f)  %.2f img/s'
                   % (k + 1, total, loss, ema_loss, n * B / (now - t_last)), flush=True)
             t_last = now
     sync()
@@ -348,6 +431,11 @@ def main():
     ap.add_argument('--data', default='auto',
                     help='auto, fmnist, random or FILE.h5 (tidal\'s HDF5 format); auto: '
                          'Fashion-MNIST for --model fmnist when installed, else random')
+    ap.add_argument('--objective', default='rf', choices=('rf', 'ddpm'),
+                    help="tidal train --objective: rf (rectified flow) or ddpm (the reference's "
+                         "Gaussian diffusion)")
+    ap.add_argument('--learn-sigma', default='model', choices=('model', 'on', 'off'),
+                    help="tidal train --learn-sigma: model (on for the reference's sizes), on, off")
     ap.add_argument('--device', default='cpu', choices=('cpu', 'cuda'),
                     help='where the model, optimizer and data live (cuda: fp32, TF32 off)')
     ap.add_argument('--threads', type=int, default=os.cpu_count() or 1)
