@@ -160,6 +160,12 @@ elif cmd == 'cmp':  # cmp GOT WANT BOUND: the largest difference relative to the
     print(f'{args[0]} against {args[1]}: {got.size} values, max |diff| / max |ref| {r:.3g} '
           f'(bound {args[2]})')
     sys.exit(0 if r < float(args[2]) else 1)
+elif cmd == 'equal':  # equal A.pt B.pt: the same names in the same order, equal tensors
+    a, b = torch.load(f'{d}/{args[0]}'), torch.load(f'{d}/{args[1]}')
+    same = list(a) == list(b) and all(torch.equal(a[k], b[k]) for k in a)
+    print(f'{args[1]}: {len(b)} tensors, {"the same names in the same order and equal" if same else "not"} '
+          f'those of {args[0]}')
+    sys.exit(0 if same else 1)
 elif cmd == 'roundtrip':  # roundtrip ORIG.pt EXPORTED.pt
     a, b = torch.load(f'{d}/{args[0]}'), torch.load(f'{d}/{args[1]}')
     cfg = S2
@@ -289,4 +295,9 @@ out=`"$py" "$export_tool" "$dir/s2.h5" --out "$dir/s2_back.pt" 2>&1`; rc=$?
 check "DiT-S/2: tools/ckpt_to_torch.py exports it (rc=$rc)" [ $rc = 0 ]
 r=`ref roundtrip "$dir" s2.pt s2_back.pt 2>&1`
 check "DiT-S/2 round trip: $r" [ $? = 0 ]
+out=`"$py" "$export_tool" "$dir/s2.h5" --group ema --pos-embed --out "$dir/s2_ref.pt" 2>&1`; rc=$?
+case "$rc $out" in "0 "*"saved the state_dict (132 tensors, pos_embed of a 16x16 grid)"*)
+    ok "DiT-S/2: --pos-embed exports the reference's state_dict";; *) not_ok "--pos-embed: rc=$rc $out";; esac
+r=`ref equal "$dir" s2.pt s2_ref.pt 2>&1`
+check "DiT-S/2 with --pos-embed: $r" [ $? = 0 ]
 done_testing
