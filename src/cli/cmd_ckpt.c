@@ -34,8 +34,8 @@ static const tdl_param_def_t ckpt_params[] = {
     {"heads", TDL_PARAM_INT, "0", "import: attention heads (0: from the reference configuration)",
      NULL, 0, 1024},
     {"classes", TDL_PARAM_INT, "0",
-     "import: classes (0: the label table's rows less the null class; N rows: no null class)",
-     NULL, 0, 1000000},
+     "import: classes (0: the label table's rows less the null class; N rows: no null class)", NULL,
+     0, 1000000},
     {"objective", TDL_PARAM_ENUM, "ddpm",
      "import: what the model predicts: ddpm (the reference's Gaussian diffusion) or rf", "ddpm|rf",
      1, 0},
@@ -58,8 +58,8 @@ static int ckpt_import(tdl_params_t *params, int nfiles, char **files)
         return cli_usage_error("'tidal ckpt import' takes one FILE.safetensors, found %d", nfiles);
     const char *src = files[0], *out = tdl_param_str(params, "out");
     size_t len = strlen(src);
-    bool pt_name = (len > 3 && !strcmp(src + len - 3, ".pt")) ||
-                   (len > 4 && !strcmp(src + len - 4, ".pth"));
+    bool pt_name =
+        (len > 3 && !strcmp(src + len - 3, ".pt")) || (len > 4 && !strcmp(src + len - 4, ".pth"));
     struct stat sb;
     if (stat(src, &sb) != 0)
         return cli_usage_error("ckpt import: cannot read %s: %s", src, strerror(errno));

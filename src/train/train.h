@@ -228,9 +228,9 @@ tdl_status_t train_weights_load_inference(const char *path, const char *group, i
 /* ==== importing reference checkpoints (src/train/import.c, doc/checkpoint.md) ============ */
 
 typedef struct train_import_opts {
-    const char *model;         /* a reference configuration ("DiT-S/2") the tensors must be; NULL */
-    int heads;                 /* attention heads (0: from model, or the reference size that fits) */
-    int num_classes;           /* 0: the label table's rows less the null class */
+    const char *model; /* a reference configuration ("DiT-S/2") the tensors must be; NULL */
+    int heads;         /* attention heads (0: from model, or the reference size that fits) */
+    int num_classes;   /* 0: the label table's rows less the null class */
     dit_objective_t objective; /* what the model predicts: the reference's are ddpm */
 } train_import_opts_t;
 
