@@ -101,6 +101,10 @@ static tdl_status_t infer_config(const ckpt_st_t *st, const char *src, const tra
                                src, sh, d);
     }
     double mlp_ratio = (double)fc1->shape[0] / d;
+    /* the DiT's MLP is int(d * mlp_ratio) wide: a ratio that rounds below it is raised by one ulp
+     */
+    if ((int64_t)(d * mlp_ratio) < fc1->shape[0])
+        mlp_ratio = nextafter(mlp_ratio, INFINITY);
     /* the reference adds the null class row only when class_dropout_prob > 0 */
     int rows = (int)y->shape[0];
     int classes = o->num_classes ? o->num_classes : rows - 1;

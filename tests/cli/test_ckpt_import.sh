@@ -153,6 +153,24 @@ elif cmd == 's2':
     torch.save(m.state_dict(), f'{d}/s2.pt')
     write_inputs(S2, 1)
     reference_out(m, S2, 1, 'ref_s2.bin')
+elif cmd == 'xl':  # xl NAME [BAD]: DiT-XL/2's names and shapes (listed by hand in
+    # make_dit_reference.py), data not written (a sparse file of 2.7 GB of zeros); BAD: the last
+    # tensor one row too long
+    cfg = dict(hidden_size=1152, depth=28, patch_size=2, in_channels=4, mlp_ratio=4.0,
+               num_classes=1000, learn_sigma=True)
+    shapes = [('pos_embed', (1, 256, 1152))] + R.expected_state_dict_shapes(cfg)
+    if args[1:]:
+        shapes[-1] = (shapes[-1][0], (shapes[-1][1][0] + 1,))
+    header, off = {}, 0
+    for k, shape in shapes:
+        n = 4 * int(np.prod(shape))
+        header[k] = {'dtype': 'F32', 'shape': list(shape), 'data_offsets': [off, off + n]}
+        off += n
+    text = json.dumps(header).encode()
+    with open(f'{d}/{args[0]}', 'wb') as f:
+        f.write(struct.pack('<Q', len(text)) + text)
+        f.truncate(8 + len(text) + off)
+    print(f'{len(shapes)} tensors, {off // 4} floats')
 elif cmd == 'cmp':  # cmp GOT WANT BOUND: the largest difference relative to the largest value
     got = np.fromfile(f'{d}/{args[0]}', np.float32).astype(np.float64)
     want = np.fromfile(f'{d}/{args[1]}', np.float64)
@@ -279,6 +297,16 @@ refused "an unknown --model" 2 "unknown DiT configuration 'DiT-Q/2'" \
     "$TIDAL" ckpt import "$dir/ema.safetensors" --out "$dir/x.h5" --model DiT-Q/2
 refused "a missing file" 2 "cannot read $dir/none.safetensors" \
     "$TIDAL" ckpt import "$dir/none.safetensors" --out "$dir/x.h5"
+check "no refusal left a file at --out" [ ! -e "$dir/x.h5" ]
+
+# (e) DiT-XL/2's names and shapes: all pass (the pos_embed of zeros, read next, is refused), and
+# one row too many in the last tensor is named
+ref xl "$dir" xl.safetensors >/dev/null && ref xl "$dir" xl_bad.safetensors bad >/dev/null
+refused "DiT-XL/2 names and shapes: all accepted, then its pos_embed of zeros" 1 "xl.safetensors: pos_embed differs from the reference's sin-cos embedding of a 16x16 grid" \
+    "$TIDAL" ckpt import "$dir/xl.safetensors" --out "$dir/x.h5"
+refused "DiT-XL/2 recognized, a wrong shape in its last tensor named" 1 "final_layer.adaLN_modulation.1.bias has shape ?2305?; the DiT its other tensors describe (DiT-XL/2) needs ?2304?" \
+    "$TIDAL" ckpt import "$dir/xl_bad.safetensors" --out "$dir/x.h5"
+rm -f "$dir/xl.safetensors" "$dir/xl_bad.safetensors"
 check "no refusal left a file at --out" [ ! -e "$dir/x.h5" ]
 
 # (e) DiT-S/2 at full size, heads from the reference's sizes, and back to PyTorch
