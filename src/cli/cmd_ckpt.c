@@ -41,15 +41,18 @@ static const tdl_param_def_t ckpt_params[] = {
      1, 0},
 };
 
-/* Whether the file starts as PyTorch's torch.save writes: a zip archive, or a pickle. */
+/* Whether the file starts as PyTorch's torch.save writes: a zip archive, or a pickle (PROTO 2 to
+ * 5), not as safetensors, whose header length may begin with the same two bytes but whose JSON
+ * header begins with '{' at byte 8. */
 static bool is_torch_file(const char *path)
 {
     FILE *f = fopen(path, "rb");
-    unsigned char b[4] = {0};
+    unsigned char b[9] = {0};
     size_t n = f ? fread(b, 1, sizeof(b), f) : 0;
     if (f)
         fclose(f);
-    return (n >= 4 && !memcmp(b, "PK\x03\x04", 4)) || (n >= 2 && b[0] == 0x80 && b[1] <= 5);
+    return (n >= 4 && !memcmp(b, "PK\x03\x04", 4)) ||
+           (n >= 2 && b[0] == 0x80 && b[1] >= 2 && b[1] <= 5 && !(n == 9 && b[8] == '{'));
 }
 
 static int ckpt_import(tdl_params_t *params, int nfiles, char **files)

@@ -9,9 +9,11 @@
 # files refused with their exit status and a message naming what is wrong: a truncated .pt, a
 # pickle calling os.system (never run), a tensor of a wrong shape, a missing one, an extra one,
 # a wrong pos_embed, a .pt given to tidal ckpt import, a forged safetensors header, an
-# unknown size without --heads, args.model that does not fit; (e) DiT-S/2 at full size (33 M
-# parameters): imported, forward at one sample, and exported again by tools/ckpt_to_torch.py,
-# tensor for tensor the imported state_dict (pos_embed recomputed).
+# unknown size without --heads, args.model that does not fit, bad arguments (exit 2); (e)
+# DiT-XL/2's names and shapes, listed by hand in make_dit_reference.py, on a sparse file: all
+# pass, a wrong last one is named; DiT-S/2 at full size (33 M parameters): imported, forward at
+# one sample, and exported again by tools/ckpt_to_torch.py, tensor for tensor the imported
+# state_dict (pos_embed recomputed; with --pos-embed, exported too).
 . "${TIDAL_BUILDDIR:-.}/tests/env.sh"
 py=/usr/bin/python3
 "$py" -c 'import torch, numpy, h5py' >/dev/null 2>&1 ||
@@ -76,7 +78,7 @@ def reference_out(m, cfg, n, name):
     out.numpy().tofile(f'{d}/{name}')
 
 
-def st_write(sd, path, dtype='F32', header_len=None):
+def st_write(sd, path, dtype='F32', header_len=None, pad_to=0):
     """safetensors by its specification: u64 LE header length, JSON header, data."""
     header, blobs, off = {}, [], 0
     for k, v in sd.items():
@@ -89,6 +91,7 @@ def st_write(sd, path, dtype='F32', header_len=None):
         blobs.append(b)
         off += len(b)
     text = json.dumps(header).encode()
+    text += b' ' * max(0, pad_to - len(text))  # the specification allows trailing spaces
     with open(path, 'wb') as f:
         f.write(struct.pack('<Q', header_len if header_len is not None else len(text)))
         f.write(text)
@@ -123,6 +126,8 @@ if cmd == 'small':  # train.py's checkpoint, a bare state_dict, inputs and refer
     # safetensors written here: F32, BF16, no null-class row, and the bad ones
     st_write(sd, f'{d}/ema.safetensors')
     st_write(sd, f'{d}/bf16.safetensors', 'BF16')
+    # a header of 0x10280 bytes: the file begins 0x80 0x02, as a pickle does
+    st_write(sd, f'{d}/like_pickle.safetensors', pad_to=0x10280)
     r = copy.deepcopy(ema)
     with torch.no_grad():
         for name, p in r.named_parameters():
@@ -237,6 +242,8 @@ check "safetensors F32: exit 0 (rc=$rc)" [ $rc = 0 ]
 "$fwd" "$dir/st.h5" ema "$dir" 4 >/dev/null
 r=`ref cmp "$dir" out.bin ref_ema.bin 1e-4`
 check "safetensors F32: the reference's forward: $r" [ $? = 0 ]
+out=`"$TIDAL" ckpt import "$dir/like_pickle.safetensors" --out "$dir/lp.h5" --heads 4 2>&1`; rc=$?
+check "safetensors beginning 0x80 0x02 (a header of 66176 bytes) is not taken for a pickle (rc=$rc)" [ $rc = 0 ]
 out=`"$TIDAL" ckpt import "$dir/bf16.safetensors" --out "$dir/bf16.h5" --heads 4 2>&1`; rc=$?
 case "$rc $out" in "0 "*"tensors of BF16"*) ok "safetensors BF16: imported";; *) not_ok "bf16: rc=$rc $out";; esac
 "$fwd" "$dir/bf16.h5" ema "$dir" 4 >/dev/null
