@@ -120,6 +120,8 @@ if cmd == 'small':  # train.py's checkpoint, a bare state_dict, inputs and refer
     torch.save(m.state_dict(), f'{d}/bare.pt')
     torch.save({'weights': sd}, f'{d}/other.pt')
     torch.save({'model': Evil()}, f'{d}/evil.pt')
+    torch.save({}, f'{d}/empty.pt')
+    torch.save({'model': {}, 'args': ns}, f'{d}/empty_model.pt')
     write_inputs(SMALL, 4)
     reference_out(ema, SMALL, 4, 'ref_ema.bin')
     reference_out(m, SMALL, 4, 'ref_model.bin')
@@ -273,6 +275,13 @@ refused "a pickle calling os.system" 1 "evil.pt: the pickle calls posix.system, 
 check "and the command was not run" [ ! -e "$dir/pwned" ]
 refused "a dict without model or ema" 1 "without model or ema (its keys: 'weights')" \
     "$py" "$tool" "$dir/other.pt" --out "$dir/x.h5"
+refused "an empty dict" 1 "empty.pt holds an empty dict: no tensors" \
+    "$py" "$tool" "$dir/empty.pt" --out "$dir/x.h5"
+refused "a train.py checkpoint whose model has no tensors" 1 "the state_dict holds no tensors" \
+    "$py" "$tool" "$dir/empty_model.pt" --out "$dir/x.h5"
+mkdir "$dir/folder.pt"
+refused "a folder" 1 "cannot read $dir/folder.pt: not a file" \
+    "$py" "$tool" "$dir/folder.pt" --out "$dir/x.h5"
 printf 'not a checkpoint\n' >"$dir/text.pt"
 refused "a file torch did not write" 1 "is not a file torch.save wrote" \
     "$py" "$tool" "$dir/text.pt" --out "$dir/x.h5"
