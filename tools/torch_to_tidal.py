@@ -227,6 +227,8 @@ def main(argv):
             write_safetensors(sd, tmp, torch)
         except OSError as e:
             raise Fail('cannot write %s: %s' % (tmp, e))
+        except Fail as e:
+            raise Fail('%s (%s): %s' % (args.file, taken, e))
         cmd = [tidal, 'ckpt', 'import', tmp, '--out', args.out, '--objective', args.objective]
         if model:
             cmd += ['--model', model]

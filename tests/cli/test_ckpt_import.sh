@@ -277,7 +277,7 @@ refused "a dict without model or ema" 1 "without model or ema (its keys: 'weight
     "$py" "$tool" "$dir/other.pt" --out "$dir/x.h5"
 refused "an empty dict" 1 "empty.pt holds an empty dict: no tensors" \
     "$py" "$tool" "$dir/empty.pt" --out "$dir/x.h5"
-refused "a train.py checkpoint whose model has no tensors" 1 "the state_dict holds no tensors" \
+refused "a train.py checkpoint whose model has no tensors" 1 "empty_model.pt (model): the state_dict holds no tensors" \
     "$py" "$tool" "$dir/empty_model.pt" --out "$dir/x.h5"
 mkdir "$dir/folder.pt"
 refused "a folder" 1 "cannot read $dir/folder.pt: not a file" \
