@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """ckpt_to_torch.py: load a tidal weights or checkpoint file into the reference PyTorch DiT.
 
-    /usr/bin/python3 tools/ckpt_to_torch.py FILE [--group model|ema] [--out state_dict.pt] [--check]
+    /usr/bin/python3 tools/ckpt_to_torch.py FILE [--group model|ema] [--out state_dict.pt]
+        [--pos-embed] [--check]
 
 Reads the model configuration from FILE's root attributes (hidden_size, depth, num_heads,
 patch_size, in_channels, num_classes, input_size, mlp_ratio, class_dropout_prob, learn_sigma
@@ -9,7 +10,8 @@ patch_size, in_channels, num_classes, input_size, mlp_ratio, class_dropout_prob,
 (facebookresearch/DiT's module names, so its state_dict names are the file's dataset names),
 loads /<group> with load_state_dict(strict=True) and runs one forward pass on a fixed random
 input (seeded), printing the output's shape, mean and std. --out saves the state_dict with
-torch.save, for use elsewhere; --check also verifies that every tensor of the group was loaded
+torch.save, for use elsewhere (with --pos-embed, the frozen pos_embed of the reference's models.py too,
+so that its DiT loads it strictly, and tools/torch_to_tidal.py imports it back); --check also verifies that every tensor of the group was loaded
 bit for bit and that the output is finite and deterministic.
 
 Needs torch and h5py (Debian's /usr/bin/python3 has both). Exit status: 0 success, 1 the file
@@ -135,6 +137,10 @@ def main(argv):
     ap.add_argument('--group', choices=('model', 'ema'), default='model',
                     help='which weights: the parameters (model, default) or their EMA')
     ap.add_argument('--out', metavar='PT', help='save the state_dict here with torch.save')
+    ap.add_argument('--pos-embed', action='store_true',
+                    help='--out adds pos_embed [1, T, D], the frozen sin-cos embedding of the '
+                    'input_size grid, as facebookresearch/DiT\'s models.py keeps it in its '
+                    'state_dict (its load_state_dict(strict=True) needs it)')
     ap.add_argument('--check', action='store_true',
                     help='also check: every tensor loaded bit for bit, output finite and '
                     'deterministic (exit 1 otherwise)')
@@ -210,11 +216,19 @@ def main(argv):
               (len(tensors), len(tensors)))
 
     if args.out:
+        sd = model.state_dict()
+        if args.pos_embed:  # first, where models.py's registration puts it
+            g = cfg['input_size'] // cfg['patch_size']
+            pe = ref.get_2d_sincos_pos_embed(cfg['hidden_size'], g, g)
+            sd = dict([('pos_embed', torch.from_numpy(pe).float().unsqueeze(0))] +
+                      list(sd.items()))
         try:
-            torch.save(model.state_dict(), args.out)
+            torch.save(sd, args.out)
         except OSError as e:
             raise Fail('cannot write %s: %s' % (args.out, e))
-        print('saved the state_dict (%d tensors) to %s' % (len(tensors), args.out))
+        print('saved the state_dict (%d tensors%s) to %s' %
+              (len(sd), ', pos_embed of a %dx%d grid' % (g, g) if args.pos_embed else '',
+               args.out))
     return 0
 
 

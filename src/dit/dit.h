@@ -154,6 +154,10 @@ void dit_model_init_weights(dit_model_t *model, uint64_t seed);
 const dit_param_info_t *dit_model_param(const dit_model_t *model, const char *name);
 void dit_model_zero_grad(dit_model_t *model);
 
+/* pos[T,D]: the reference's 2-D sin-cos position embedding for a grid_h x grid_w token grid (the
+ * reference stores it as the frozen pos_embed [1, T, D]; tidal computes it per grid). */
+void dit_pos_embed(float *pos, int grid_h, int grid_w, int d);
+
 /* out[B,C',H,W] = model(x[B,C,H,W], t[B], y[B]), C' = dit_config_out_channels (2C with
  * learn_sigma); y == num_classes is the null class. H and W are multiples of the patch size; the
  * position embedding follows the grid. Keeps activations. */

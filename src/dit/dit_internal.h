@@ -53,8 +53,6 @@ void dit_patchify(float *patches, const float *x, int b, int c, int h, int w, in
 /* out[B,C,H,W] from tokens[B,T,p*p*C] in (i, j, c) order, as the reference's unpatchify */
 void dit_unpatchify(float *out, const float *tokens, int b, int c, int h, int w, int p);
 void dit_unpatchify_backward(float *dtokens, const float *dout, int b, int c, int h, int w, int p);
-/* pos[T,D]: the reference's 2-D sin-cos embedding for a grid_h x grid_w token grid */
-void dit_pos_embed(float *pos, int grid_h, int grid_w, int d);
 /* freq[B,256] = [cos(t*1000*f), sin(t*1000*f)] */
 void dit_timestep_embedding(float *freq, const float *t, int b);
 

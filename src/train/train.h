@@ -302,6 +302,26 @@ tdl_status_t train_weights_load_inference(const char *path, const char *group, i
                                           int max_resolution, struct dit_backend *backend,
                                           dit_model_t **model_out);
 
+/* ==== importing reference checkpoints (src/train/import.c, doc/checkpoint.md) ============ */
+
+typedef struct train_import_opts {
+    const char *model; /* a reference configuration ("DiT-S/2") the tensors must be; NULL */
+    int heads;         /* attention heads (0: from model, or the reference size that fits) */
+    int num_classes;   /* 0: the label table's rows less the null class */
+    dit_objective_t objective; /* what the model predicts: the reference's are ddpm */
+} train_import_opts_t;
+
+/* Reads a reference DiT state_dict (facebookresearch/DiT models.py names) from the safetensors
+ * file src (F32, F16 or BF16) and writes it to dst as a weights file, the tensors as /model and
+ * /ema. The configuration comes from the shapes (patch, channels, hidden size, depth, mlp ratio,
+ * classes, learn_sigma, input size from pos_embed), the heads from opts or the reference size of
+ * that hidden size and depth. Every tensor of the model must be there with its shape, no other
+ * besides pos_embed, which must be the sin-cos embedding tidal computes (within 1e-6), and no
+ * value NaN or Inf; refusals name the tensor and both shapes (TDL_ERR_MISMATCH, TDL_ERR_NOT_FOUND;
+ * TDL_ERR_INVALID_ARG when --heads is needed). summary (may be NULL) gets one line. */
+tdl_status_t train_import_safetensors(const char *src, const char *dst,
+                                      const train_import_opts_t *opts, char *summary, size_t size);
+
 /* Class names: the string root attribute class_names, a JSON array of num_classes strings, label
  * 0 first. Each name is 1 to TRAIN_CLASS_NAME_MAX bytes of printable UTF-8 (no control
  * characters), without space at either end, not a number nor "class N" (which name classes by

@@ -362,6 +362,33 @@ class DiT(nn.Module):
         return x
 
 
+class ReferenceDiT(DiT):
+    """The DiT as facebookresearch/DiT models.py keeps it, for importing its checkpoints
+    (tests/cli/test_ckpt_import.sh): pos_embed is the frozen nn.Parameter [1, T, D] of the
+    input_size grid, float32 as models.py stores it, and first in state_dict() as there; the
+    timestep t is the diffusion step as given (0 to 999: no T_SCALE). Set class_dropout_prob
+    to 0 for a label table without the null class, learn_sigma=True for the reference's
+    2C output channels."""
+
+    def __init__(self, input_size=32, patch_size=2, **kw):
+        super().__init__(input_size=input_size, patch_size=patch_size, **kw)
+        g = input_size // patch_size
+        pe = get_2d_sincos_pos_embed(self.hidden_size, g, g)
+        # registered by hand: DiT.pos_embed is the method that computes it per grid
+        self._parameters['pos_embed'] = nn.Parameter(torch.from_numpy(pe).float().unsqueeze(0),
+                                                     requires_grad=False)
+
+    def forward(self, x, t, y):
+        p = self.patch_size
+        gh, gw = x.shape[-2] // p, x.shape[-1] // p
+        x = self.x_embedder(x) + self._parameters['pos_embed'].to(x.dtype)
+        c = self.t_embedder(t) + self.y_embedder(y)
+        for block in self.blocks:
+            x = block(x, c)
+        x = self.final_layer(x, c)
+        return self.unpatchify(x, gh, gw)
+
+
 def rf_loss(model, x0, noise, t, y, record=None):
     """Rectified-flow loss: x_t = (1-t) x0 + t noise, target = noise - x0."""
     tb = t.view(-1, *([1] * (x0.dim() - 1)))
