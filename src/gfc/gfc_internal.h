@@ -118,6 +118,11 @@ struct gfc_request {
  * state of state_size bytes is zeroed. */
 tdl_status_t gfc_request_create(gfc_group_t *g, const char *name, gfc_progress_fn_t progress,
                                 size_t state_size, gfc_request_t **req_out);
+/* A start that failed once its request existed (a post to a peer whose endpoint has failed, its
+ * plan out of memory): the error is named as a failure in flight names it ("gfc NAME (group of
+ * N, ns, seq): ..."), the request is freed, and st is returned. Every algorithm's start uses it,
+ * so that an error names its collective whichever moment it met the dead peer. */
+tdl_status_t gfc_request_fail_start(gfc_request_t *req, tdl_status_t st);
 /* A request that is already complete (size-1 groups, zero counts). */
 tdl_status_t gfc_request_create_done(gfc_group_t *g, const char *name, gfc_request_t **req_out);
 /* A point-to-point request: its tags come from the user tag, not from a sequence number. */

@@ -23,10 +23,8 @@ tdl_status_t gfc_send_start(gfc_group_t *g, int peer, uint64_t tag, const void *
     gfc_request_t *req;
     if (st != TDL_OK || (st = gfc_p2p_request_create(g, "send", tag, &req)) != TDL_OK)
         return st;
-    if ((st = gfc_post_send(req, peer, 0, buf, bytes, -1)) != TDL_OK) {
-        gfc_request_free(req);
-        return st;
-    }
+    if ((st = gfc_post_send(req, peer, 0, buf, bytes, -1)) != TDL_OK)
+        return gfc_request_fail_start(req, st);
     *req_out = req;
     return TDL_OK;
 }
@@ -38,10 +36,8 @@ tdl_status_t gfc_recv_start(gfc_group_t *g, int peer, uint64_t tag, void *buf, s
     gfc_request_t *req;
     if (st != TDL_OK || (st = gfc_p2p_request_create(g, "recv", tag, &req)) != TDL_OK)
         return st;
-    if ((st = gfc_post_recv(req, peer, 0, buf, bytes, -1)) != TDL_OK) {
-        gfc_request_free(req);
-        return st;
-    }
+    if ((st = gfc_post_recv(req, peer, 0, buf, bytes, -1)) != TDL_OK)
+        return gfc_request_fail_start(req, st);
     *req_out = req;
     return TDL_OK;
 }

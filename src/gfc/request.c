@@ -273,6 +273,14 @@ static void request_fail(gfc_request_t *req, tdl_status_t st, const char *fmt, .
     req->finished = true;
 }
 
+tdl_status_t gfc_request_fail_start(gfc_request_t *req, tdl_status_t st)
+{
+    request_fail(req, st, "%s", tdl_error_get());
+    tdl_error_raise(st, "%s", req->error);
+    gfc_request_free(req);
+    return st;
+}
+
 static void xfer_release(gfc_runtime_t *rt, gfc_xfer_t *x)
 {
     if (x->ucx) {

@@ -22,7 +22,18 @@
  *                       the survivors. Rank 0 then lets the victim go on (SIGCONT): it must find
  *                       itself fenced (declared dead by another rank), its all-reduce failing.
  *                       Lines "SURVIVOR ..." and "FENCED rank=... verdict=PASS|FAIL ...".
- * TIDAL_GFC_FAILURE_ALGO=hier (or another algorithm) runs every all-reduce of kill and stop by it
+ *   gfc_failure refused Every rank but the last holds the last rank's endpoint failed (as UCX's
+ *                       error callback leaves it, before the keep-alive declares the rank dead):
+ *                       every collective and point-to-point start on a group of this rank and
+ *                       the last, each of which posts to it at once, fails with TDL_ERR_PEER
+ *                       naming the collective ("gfc NAME (group of 2, ...)") and the rank, as a
+ *                       failure in flight does; with TIDAL_GFC_FAILURE_ALGO, an all-reduce by it
+ *                       over the world too (where its start fails). Then the endpoint is given
+ *                       back and the world runs an all-reduce, with no request left live. A kill
+ *                       met in that window once gave "rank 3 has failed (Endpoint timeout)",
+ *                       naming no collective (test_gfc_hier.sh in CI). TAP output.
+ * TIDAL_GFC_FAILURE_ALGO=hier (or another algorithm) runs every all-reduce of kill, stop and
+ * refused by it
  * (tests/gfc/test_gfc_hier.sh, on the hosts of TIDAL_GFC_HOSTS or an emulated cluster). */
 #include "config.h"
 
@@ -34,6 +45,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "gfc/gfc_internal.h"
 #include "harness.h"
 #include "mpi/baseline.h"
 
@@ -377,6 +389,137 @@ static int run_stop(harness_t *h)
     _exit(0);
 }
 
+/* Whether msg names collective `name` the way a request's error does, and the rank. */
+static bool names_request(const char *msg, const char *name, int group_size, int rank)
+{
+    char want[96];
+    snprintf(want, sizeof(want), "gfc %s", name);
+    char size[32];
+    snprintf(size, sizeof(size), "(group of %d,", group_size);
+    return strncmp(msg, want, strlen(want)) == 0 && strstr(msg, size) && names_number(msg, rank);
+}
+
+enum { REFUSED_COUNT = 64 };
+
+/* One start of collective `which` on the 2-member group g (this rank first, the victim second),
+ * every one of which posts to the victim at once; its name in *name. */
+static tdl_status_t refused_start(gfc_group_t *g, int which, float *in, float *out,
+                                  const char **name, gfc_request_t **req)
+{
+    static const gfc_allreduce_algo_t algos[] = {GFC_ALLREDUCE_RING, GFC_ALLREDUCE_BUTTERFLY,
+                                                 GFC_ALLREDUCE_RECURSIVE_DOUBLING};
+    switch (which) {
+    case 0:
+    case 1:
+    case 2: {
+        gfc_allreduce_opts_t o = {.algo = algos[which]};
+        *name = "allreduce";
+        return gfc_allreduce_start(g, in, out, REFUSED_COUNT, GFC_DT_F32, GFC_OP_SUM, &o, req);
+    }
+    case 3:
+        *name = "barrier";
+        return gfc_barrier_start(g, req);
+    case 4:
+        *name = "bcast";
+        return gfc_bcast_start(g, in, REFUSED_COUNT, GFC_DT_F32, 0, req);
+    case 5:
+        *name = "gather";
+        return gfc_gather_start(g, in, out, REFUSED_COUNT / 2, GFC_DT_F32, 1, req);
+    case 6:
+        *name = "allgather";
+        return gfc_allgather_start(g, in, out, REFUSED_COUNT / 2, GFC_DT_F32, req);
+    case 7:
+        *name = "alltoall";
+        return gfc_alltoall_start(g, in, out, REFUSED_COUNT / 2, GFC_DT_F32, req);
+    case 8:
+        *name = "reduce_scatter";
+        return gfc_reduce_scatter_start(g, in, out, REFUSED_COUNT / 2, GFC_DT_F32, GFC_OP_SUM,
+                                        req);
+    default:
+        *name = "send";
+        return gfc_send_start(g, 1, 7, in, REFUSED_COUNT * sizeof(float), req);
+    }
+}
+
+static int run_refused(harness_t *h)
+{
+    int W = h->size, victim = W - 1, me = h->rank;
+    enum { KINDS = 10 };
+    int *world = calloc((size_t)W, sizeof(int));
+    for (int r = 0; r < W; r++)
+        world[r] = r;
+    float in[REFUSED_COUNT], out[2 * REFUSED_COUNT];
+    for (int i = 0; i < REFUSED_COUNT; i++)
+        in[i] = (float)(me + 1);
+    if (me != victim) {
+        h->rt->peer_status[victim] = UCS_ERR_ENDPOINT_TIMEOUT;
+        int pair[2] = {me, victim};
+        for (int k = 0; k < KINDS; k++) {
+            gfc_group_t g;
+            const char *name = "";
+            gfc_request_t *req = NULL;
+            tdl_status_t st = gfc_group_init(&g, h->rt, pair, 2, 100 + (uint64_t)k);
+            if (st == TDL_OK)
+                st = refused_start(&g, k, in, out, &name, &req);
+            if (st == TDL_OK) {
+                gfc_request_free(req);
+                harness_expect(h, false, "%s (kind %d) started with rank %d's endpoint failed",
+                               name, k, victim);
+                continue;
+            }
+            const char *msg = tdl_error_get();
+            if (harness_expect_status(h, st, TDL_ERR_PEER, name))
+                harness_expect(h, names_request(msg, name, 2, victim),
+                               "%s's error names neither the collective nor rank %d: '%s'", name,
+                               victim, msg);
+            if (me == 0 && k == 0)
+                printf("# rank 0: %s\n", msg);
+        }
+        gfc_allreduce_algo_t algo = forced_algo();
+        if (algo != GFC_ALLREDUCE_AUTO) {
+            /* over the world: only the members whose start posts to the victim fail at once */
+            gfc_group_t g;
+            gfc_request_t *req = NULL;
+            gfc_allreduce_opts_t o = {.algo = algo};
+            char name[64];
+            snprintf(name, sizeof(name), "allreduce/%s", gfc_allreduce_algo_name(algo));
+            tdl_status_t st = gfc_group_init(&g, h->rt, world, W, 200);
+            if (st == TDL_OK)
+                st = gfc_allreduce_start(&g, in, out, REFUSED_COUNT, GFC_DT_F32, GFC_OP_SUM, &o,
+                                         &req);
+            if (st == TDL_OK)
+                gfc_request_free(req);
+            else if (harness_expect_status(h, st, TDL_ERR_PEER, name))
+                harness_expect(h, names_request(tdl_error_get(), name, W, victim),
+                               "%s's error names neither it nor rank %d: '%s'", name, victim,
+                               tdl_error_get());
+            if (st != TDL_OK)
+                printf("# rank %d: %s over the world: %s\n", me, name, tdl_error_get());
+        }
+        h->rt->peer_status[victim] = UCS_OK;
+    }
+    /* the world again: the failed starts left nothing behind that a later collective meets */
+    gfc_group_t g;
+    int64_t one = me + 1, sum = -1;
+    tdl_status_t st = gfc_group_init(&g, h->rt, world, W, 300);
+    if (st == TDL_OK)
+        st = gfc_allreduce(&g, &one, &sum, 1, GFC_DT_I64, GFC_OP_SUM, NULL);
+    harness_expect_status(h, st, TDL_OK, "world allreduce afterwards");
+    harness_expect(h, st != TDL_OK || sum == (int64_t)W * (W + 1) / 2,
+                   "world sum %" PRId64 ", want %d", sum, W * (W + 1) / 2);
+    gfc_stats_t stats;
+    gfc_runtime_stats(h->rt, &stats);
+    harness_expect(h, stats.requests_live == 0, "%zu gfc requests live after the failed starts",
+                   stats.requests_live);
+    harness_point(h,
+                  "with rank %d's endpoint failed, every start that posts to it fails with "
+                  "TDL_ERR_PEER naming the collective and the rank; the world then all-reduces, "
+                  "no request left live",
+                  victim);
+    free(world);
+    return harness_finish(h);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "silent";
@@ -394,5 +537,7 @@ int main(int argc, char **argv)
         return run_kill(&h);
     if (strcmp(mode, "stop") == 0)
         return run_stop(&h);
+    if (strcmp(mode, "refused") == 0)
+        return run_refused(&h);
     return run_silent(&h);
 }

@@ -4,7 +4,8 @@
 # survivor an error in bounded time. Open MPI's mpirun aborts the whole job when a process dies
 # unless started with --enable-recovery; the survivors report on stdout and _exit(0). A member
 # stopped (SIGSTOP) mid-collective is declared dead by the keep-alive within its bound, and when
-# it runs again it finds itself fenced off.
+# it runs again it finds itself fenced off. A member whose endpoint has failed before a collective
+# starts: the start fails naming the collective, as a failure in flight does.
 . "${TIDAL_BUILDDIR:-.}/tests/env.sh"
 prog="$abs_top_builddir/tests/gfc/gfc_failure"
 tmp="${TMPDIR:-/tmp}/tidal-gfc-failure.$$"
@@ -41,6 +42,10 @@ for np in 3 4; do
     tidal_mpirun $np "$prog" silent >"$tmp.out" 2>"$tmp.err"; rc=$?
     relay "np=$np silent peer" "$tmp.out" $rc
     diag "np=$np silent peer: `expr \`date +%s\` - $t0` s"
+
+    # the last rank's endpoint held failed before a start: every start names its collective
+    tidal_mpirun $np "$prog" refused >"$tmp.out" 2>"$tmp.err"; rc=$?
+    relay "np=$np endpoint failed before the start" "$tmp.out" $rc
 
     survivors=$((np - 1))
     victim_run kill "killed peer" \

@@ -8,7 +8,8 @@
 #   skipped, saying why, where no cluster can be made here;
 # - a member killed, and one stopped, in the middle of hier (tests/gfc/gfc_failure.c with
 #   TIDAL_GFC_FAILURE_ALGO=hier) on made-up hosts and on a cluster of 2 x 2: every survivor gets
-#   an error naming it in bounded time.
+#   an error naming it in bounded time; and one whose endpoint failed before hier started (the
+#   starts that post to it fail naming allreduce/hier).
 . "${TIDAL_BUILDDIR:-.}/tests/env.sh"
 . "$abs_top_srcdir/tests/cluster/common.sh"
 prog="$abs_top_builddir/tests/gfc/gfc_hier"
@@ -68,6 +69,11 @@ for layout in 4:0,0,1,1 4:0,0,0,1 6:0,0,0,1,1,2 8:1,0,1,0,3,2,3,2; do
     relay "np=$np hosts $hosts" "$tmp.out" $?
     diag "np=$np hosts $hosts: `expr \`date +%s\` - $t0` s"
 done
+# the victim's endpoint failed before hier starts: the members that post to it at once fail
+# naming allreduce/hier (a kill met in that window named nothing in a CI run)
+TIDAL_GFC_FAILURE_ALGO=hier TIDAL_GFC_HOSTS=0,0,1,1 tidal_mpirun 4 $pass -x TIDAL_GFC_FAILURE_ALGO \
+    -x TIDAL_GFC_HOSTS "$fprog" refused >"$tmp.out" 2>"$tmp.err"
+relay "hosts 0,0,1,1, hier, endpoint failed before the start" "$tmp.out" $?
 for mode in kill stop; do
     t0=`date +%s`
     TIDAL_GFC_FAILURE_ALGO=hier TIDAL_GFC_HOSTS=0,0,1,1 tidal_mpirun 4 --enable-recovery \

@@ -72,10 +72,8 @@ tdl_status_t gfc_allgatherv_start(gfc_group_t *g, const void *send, void *recv,
         s->off[i] = displs[i] * es;
         s->len[i] = counts[i] * es;
     }
-    if ((st = allgather_progress(req)) != TDL_OK) {
-        gfc_request_free(req);
-        return st;
-    }
+    if ((st = allgather_progress(req)) != TDL_OK)
+        return gfc_request_fail_start(req, st);
     *req_out = req;
     return TDL_OK;
 }

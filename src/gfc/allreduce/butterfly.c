@@ -346,10 +346,8 @@ tdl_status_t gfc_allreduce_butterfly_start(gfc_group_t *g, const void *send, voi
             return tdl_error_raise(TDL_ERR_NOMEM, "gfc allreduce/butterfly: out of memory");
         }
     }
-    if ((st = bf_progress(req)) != TDL_OK) {
-        gfc_request_free(req);
-        return st;
-    }
+    if ((st = bf_progress(req)) != TDL_OK)
+        return gfc_request_fail_start(req, st);
     *req_out = req;
     return TDL_OK;
 }

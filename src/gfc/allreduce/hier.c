@@ -566,10 +566,8 @@ tdl_status_t gfc_allreduce_hier_start(gfc_group_t *g, const void *send, void *re
     s->lme = topo.local_of[g->me];
     s->L = topo.first[s->hidx + 1] - topo.first[s->hidx];
     s->local = topo.members + topo.first[s->hidx];
-    if ((st = hier_plan(req)) != TDL_OK || (st = hier_begin(req)) != TDL_OK) {
-        gfc_request_free(req);
-        return st;
-    }
+    if ((st = hier_plan(req)) != TDL_OK || (st = hier_begin(req)) != TDL_OK)
+        return gfc_request_fail_start(req, st);
     *req_out = req;
     return TDL_OK;
 }

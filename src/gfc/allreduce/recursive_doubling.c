@@ -109,10 +109,8 @@ tdl_status_t gfc_allreduce_recursive_doubling_start(gfc_group_t *g, const void *
         return tdl_error_raise(TDL_ERR_NOMEM, "gfc allreduce: cannot allocate %zu bytes",
                                s->bytes);
     }
-    if ((st = rd_progress(req)) != TDL_OK) {
-        gfc_request_free(req);
-        return st;
-    }
+    if ((st = rd_progress(req)) != TDL_OK)
+        return gfc_request_fail_start(req, st);
     *req_out = req;
     return TDL_OK;
 }

@@ -476,8 +476,7 @@ static tdl_status_t gfc_ring_start(gfc_group_t *g, const char *name, const void 
         free(s->chunks);
         free(s->contrib);
         s->chunks = NULL;
-        gfc_request_free(req);
-        return st;
+        return gfc_request_fail_start(req, st);
     }
     *req_out = req;
     return TDL_OK;

@@ -51,10 +51,8 @@ tdl_status_t gfc_alltoallv_start(gfc_group_t *g, const void *send, const size_t 
         st = gfc_post_send(req, to, 0, (const char *)send + send_displs[to] * es,
                            send_counts[to] * es, -1);
     }
-    if (st != TDL_OK) {
-        gfc_request_free(req);
-        return st;
-    }
+    if (st != TDL_OK)
+        return gfc_request_fail_start(req, st);
     /* The member's own block is copied while the transfers are under way. */
     if (send_counts[me])
         memcpy((char *)recv + recv_displs[me] * es, (const char *)send + send_displs[me] * es,

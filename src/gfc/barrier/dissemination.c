@@ -40,10 +40,8 @@ tdl_status_t gfc_barrier_start(gfc_group_t *g, gfc_request_t **req_out)
     if (st != TDL_OK)
         return st;
     ((barrier_state_t *)req->state)->dist = 1;
-    if ((st = barrier_progress(req)) != TDL_OK) {
-        gfc_request_free(req);
-        return st;
-    }
+    if ((st = barrier_progress(req)) != TDL_OK)
+        return gfc_request_fail_start(req, st);
     *req_out = req;
     return TDL_OK;
 }

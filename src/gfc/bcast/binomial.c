@@ -88,10 +88,8 @@ tdl_status_t gfc_bcast_start(gfc_group_t *g, void *buf, size_t count, gfc_dtype_
     s->chunk_bytes = TDL_MAX(g->rt->config.ring_chunk_bytes, (bytes + GFC_MAX_CHUNKS - 1) /
                                                                  GFC_MAX_CHUNKS);
     s->nchunks = (int)((bytes + s->chunk_bytes - 1) / s->chunk_bytes);
-    if ((st = bcast_progress(req)) != TDL_OK) {
-        gfc_request_free(req);
-        return st;
-    }
+    if ((st = bcast_progress(req)) != TDL_OK)
+        return gfc_request_fail_start(req, st);
     *req_out = req;
     return TDL_OK;
 }

@@ -38,10 +38,8 @@ tdl_status_t gfc_gather_start(gfc_group_t *g, const void *send, void *recv, size
     } else {
         st = gfc_post_send(req, root, 0, send, bytes, -1);
     }
-    if (st != TDL_OK) {
-        gfc_request_free(req);
-        return st;
-    }
+    if (st != TDL_OK)
+        return gfc_request_fail_start(req, st);
     *req_out = req;
     return TDL_OK;
 }
