@@ -10,9 +10,10 @@
  * - Exact: sums of integer-valued f32 (exact in any order) equal MPI's bit for bit, from 1 value
  *   to 1 Mi + 3 (pieces: TIDAL_GFC_HIER_PIECE), in place too; i32 sums, f32 max and min equal
  *   MPI's; f32 sums of normal values and bf16 sums within 2 (n + 1) u sum|x| of MPI's.
- * - Every codec: vNMSE |sum^ - sum|^2 / |sum|^2 within the bound of tests/mpi/codec_allreduce.c,
- *   and no worse than 4 times the flat ring's on the same vectors (a coarse check: 40009
- *   heavy-tailed values give one vNMSE a wide spread; bench/run allreduce-hier measures it).
+ * - Every codec: vNMSE |sum^ - sum|^2 / |sum|^2 within the bound of tests/mpi/codec_allreduce.c
+ *   on each of four vectors, and pooled over them no worse than 4 times the flat ring's on the
+ *   same vectors (a coarse check: one vector of 40009 heavy-tailed values gives one vNMSE a wide
+ *   spread; bench/run allreduce-hier measures it).
  * - Error feedback through hier (codec offsets are the whole vector's): the mean of 8
  *   all-reduces of one vector at 3 bits, nearest rounding, is closer to the exact sum with it.
  * - auto takes hier (its bits) at and above TIDAL_GFC_HIER_MIN on groups across hosts with more
@@ -406,30 +407,42 @@ static void test_exact(harness_t *h, hgroup_t *G, int gi)
 
 /* ---- codecs ---------------------------------------------------------------------------------- */
 
-/* vNMSE of y against the exact sum of the members' IN_GRAD vectors (in double). */
-static double vnmse(const float *y, const double *exact, size_t n)
+/* The squared error of y against the exact sum of the members' IN_GRAD vectors, and that sum's
+ * squared norm (in double): their ratio is the vNMSE. */
+static void sq_err(const float *y, const double *exact, size_t n, double *err, double *norm)
 {
-    double err = 0, norm = 0;
     for (size_t i = 0; i < n; i++) {
-        err += ((double)y[i] - exact[i]) * ((double)y[i] - exact[i]);
-        norm += exact[i] * exact[i];
+        *err += ((double)y[i] - exact[i]) * ((double)y[i] - exact[i]);
+        *norm += exact[i] * exact[i];
     }
-    return norm > 0 ? err / norm : err;
 }
 
+static double ratio_or_err(double err, double norm) { return norm > 0 ? err / norm : err; }
+
+enum { CODEC_DRAWS = 4 };
+
+/* Each codec on CODEC_DRAWS vectors through hier and the flat ring. Every draw's vNMSE must be
+ * within the bound; hier's against the ring's is compared pooled over the draws (sum of squared
+ * errors over sum of squared norms), since one heavy-tailed vector's vNMSE spreads widely: over
+ * 60 seeds dynamiq's hier/ring ratio on one draw reached 5.1 (median 0.84); pooled over four, on
+ * 939 groups of 140 seeds, it reached 2.4 (median 0.88, 99th percentile 1.65). */
 static void test_codecs(harness_t *h, hgroup_t *G, int gi)
 {
     const size_t n = 40009;
     uint64_t key = 0x900000ull * (uint64_t)(gi + 1);
-    float *x = harness_xmalloc(n * sizeof(float)), *y = harness_xmalloc(n * sizeof(float));
+    float *x[CODEC_DRAWS], *y = harness_xmalloc(n * sizeof(float));
     float *z = harness_xmalloc(n * sizeof(float)), *tmp = harness_xmalloc(n * sizeof(float));
-    double *exact = calloc(n, sizeof(double));
-    for (int m = 0; m < G->n; m++) {
-        fill_f32(tmp, n, IN_GRAD, h->seed, key, G->ranks[m]);
-        for (size_t i = 0; i < n; i++)
-            exact[i] += tmp[i];
+    double *exact[CODEC_DRAWS];
+    for (int d = 0; d < CODEC_DRAWS; d++) {
+        x[d] = harness_xmalloc(n * sizeof(float));
+        exact[d] = calloc(n, sizeof(double));
+        for (int m = 0; m < G->n; m++) {
+            fill_f32(tmp, n, IN_GRAD, h->seed, key + (uint64_t)d, G->ranks[m]);
+            for (size_t i = 0; i < n; i++)
+                exact[d][i] += tmp[i];
+        }
+        fill_f32(x[d], n, IN_GRAD, h->seed, key + (uint64_t)d, h->rank);
     }
-    fill_f32(x, n, IN_GRAD, h->seed, key, h->rank);
     hash_batch_t b = {.count = 0};
     for (size_t f = 0; f < TDL_ARRAY_SIZE(formats); f++) {
         train_codec_t *tc = NULL;
@@ -439,34 +452,52 @@ static void test_codecs(harness_t *h, hgroup_t *G, int gi)
             continue;
         gfc_allreduce_opts_t hier = {.algo = GFC_ALLREDUCE_HIER, .codec = train_codec_hook(tc)};
         gfc_allreduce_opts_t ring = {.algo = GFC_ALLREDUCE_RING, .codec = train_codec_hook(tc)};
-        tdl_status_t st = gfc_allreduce(hg_fresh(h, G), x, y, n, GFC_DT_F32, GFC_OP_SUM, &hier);
-        if (harness_expect_status(h, st, TDL_OK, formats[f].name) &&
-            harness_expect_status(
-                h, gfc_allreduce(hg_fresh(h, G), x, z, n, GFC_DT_F32, GFC_OP_SUM, &ring), TDL_OK,
-                "ring")) {
-            double vh = vnmse(y, exact, n), vr = vnmse(z, exact, n);
-            /* one host: no ring between hosts, and hier sums exactly */
-            double bound = G->hosts == 1 ? 1e-12 : formats[f].max_vnmse;
-            harness_expect(h, vh <= bound, "%s: hier vNMSE %.3g above %.3g", formats[f].name, vh,
-                           bound);
+        /* one host: no ring between hosts, and hier sums exactly */
+        double bound = G->hosts == 1 ? 1e-12 : formats[f].max_vnmse;
+        double eh = 0, er = 0, norm = 0, worst = 0;
+        bool ok = true;
+        for (int d = 0; d < CODEC_DRAWS && ok; d++) {
+            ok = harness_expect_status(
+                     h, gfc_allreduce(hg_fresh(h, G), x[d], y, n, GFC_DT_F32, GFC_OP_SUM, &hier),
+                     TDL_OK, formats[f].name) &&
+                 harness_expect_status(
+                     h, gfc_allreduce(hg_fresh(h, G), x[d], z, n, GFC_DT_F32, GFC_OP_SUM, &ring),
+                     TDL_OK, "ring");
+            if (!ok)
+                break;
+            double e1 = 0, n1 = 0, r1 = 0;
+            sq_err(y, exact[d], n, &e1, &n1);
+            sq_err(z, exact[d], n, &r1, &(double){0});
+            worst = fmax(worst, ratio_or_err(e1, n1));
+            eh += e1, er += r1, norm += n1;
+            if (d == 0) {
+                char label[80];
+                snprintf(label, sizeof(label), "hier %s x%zu", formats[f].name, n);
+                batch_add(&b, h, G, y, n * sizeof(float), label);
+            }
+        }
+        if (ok) {
+            double vh = ratio_or_err(eh, norm), vr = ratio_or_err(er, norm);
+            harness_expect(h, worst <= bound, "%s: hier vNMSE %.3g on one of %d draws above %.3g",
+                           formats[f].name, worst, CODEC_DRAWS, bound);
             harness_expect(h, vh <= 4.0 * vr + 1e-12,
-                           "%s: hier vNMSE %.3g above 4 x the ring's %.3g", formats[f].name, vh,
-                           vr);
+                           "%s: hier vNMSE %.3g over %d draws above 4 x the ring's %.3g",
+                           formats[f].name, vh, CODEC_DRAWS, vr);
             if (strcmp(formats[f].name, "dynamiq") == 0)
-                harness_diag(h, "%s %s: dynamiq vNMSE hier %.3e, flat ring %.3e (%d hosts)",
-                             G->kind, G->str, vh, vr, G->hosts);
-            char label[80];
-            snprintf(label, sizeof(label), "hier %s x%zu", formats[f].name, n);
-            batch_add(&b, h, G, y, n * sizeof(float), label);
+                harness_diag(h, "%s %s: dynamiq vNMSE over %d draws hier %.3e, flat ring %.3e "
+                                "(%d hosts)",
+                             G->kind, G->str, CODEC_DRAWS, vh, vr, G->hosts);
         }
         train_codec_free(tc);
     }
     batch_check(h, G, &b);
-    free(x);
+    for (int d = 0; d < CODEC_DRAWS; d++) {
+        free(x[d]);
+        free(exact[d]);
+    }
     free(y);
     free(z);
     free(tmp);
-    free(exact);
 }
 
 /* Error feedback keeps each encoding's error at the value's offset in the whole vector: hier's
@@ -609,9 +640,9 @@ int main(int argc, char **argv)
         if (G->member && G->ref)
             test_codecs(&h, G, i);
         harness_point(&h,
-                      "hier on %s %s with every codec (%zu formats): vNMSE within bound and no "
-                      "worse than 4 x the flat ring's, bit-identical on every member",
-                      G->kind, G->str, TDL_ARRAY_SIZE(formats));
+                      "hier on %s %s with every codec (%zu formats): vNMSE within bound, over %d "
+                      "draws no worse than 4 x the flat ring's, bit-identical on every member",
+                      G->kind, G->str, TDL_ARRAY_SIZE(formats), CODEC_DRAWS);
     }
     if (groups[0].member && groups[0].ref)
         test_feedback(&h, &groups[0]);
