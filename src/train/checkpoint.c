@@ -10,13 +10,15 @@
 #include "train/train.h"
 #include "train/train_internal.h"
 
-/* Everything a checkpoint holds, copied out of the trainer at a step boundary: what the
- * background writer writes while training goes on. */
+/* Everything a checkpoint holds at a step boundary: copied out of the trainer for the background
+ * writer, which writes while training goes on; the trainer's own arrays for a write in the
+ * foreground, where a copy would add 4 times the parameters to the run's peak memory. */
 struct train_ckpt_state {
     const dit_model_t *model; /* names and shapes only (they never change) */
-    size_t np;
-    float *buf;      /* params | ema | adamw m | adamw v, np each */
-    float *residual; /* the sum over ranks of the error-feedback residuals, or NULL */
+    float *arrays[4];         /* params, ema, adamw m, adamw v: into buf, or the trainer's */
+    const float *residual;    /* the sum over ranks of the error-feedback residuals, or NULL */
+    float *buf;               /* a copy: params | ema | adamw m | adamw v; or NULL */
+    float *res_buf;           /* a copy of the residual, or NULL */
     float loss[TRAIN_LOSS_HISTORY][2];
     int nloss;
     int64_t step, adamw_step, epoch, pos, world_size;
@@ -31,10 +33,27 @@ void train_ckpt_state_free(train_ckpt_state_t *cs)
 {
     if (cs) {
         free(cs->buf);
-        free(cs->residual);
+        free(cs->res_buf);
         free(cs->class_names);
         free(cs);
     }
+}
+
+/* The small part of the state, the same for a copy and a view: loss ring, cursor, settings. */
+static void checkpoint_scalars(train_ckpt_state_t *cs, const train_trainer_t *tr, int world_size)
+{
+    cs->model = tr->model;
+    /* the loss ring, oldest first */
+    int64_t first = TDL_MAX(0, tr->loss_count - TRAIN_LOSS_HISTORY);
+    cs->nloss = (int)(tr->loss_count - first);
+    for (int i = 0; i < cs->nloss; i++)
+        memcpy(cs->loss[i], tr->loss_hist[(first + i) % TRAIN_LOSS_HISTORY], sizeof(cs->loss[i]));
+    uint64_t epoch, pos;
+    train_sampler_cursor(&tr->sampler, &epoch, &pos);
+    cs->step = tr->step, cs->adamw_step = (int64_t)tr->opt.step;
+    cs->epoch = (int64_t)epoch, cs->pos = (int64_t)pos, cs->world_size = world_size;
+    cs->seed = tr->opts.seed, cs->batch = tr->opts.batch;
+    cs->lr = tr->opts.lr, cs->warmup = tr->opts.warmup;
 }
 
 tdl_status_t train_checkpoint_capture(train_trainer_t *tr, int world_size,
@@ -50,7 +69,7 @@ tdl_status_t train_checkpoint_capture(train_trainer_t *tr, int world_size,
         *out = NULL;
         return tdl_error_raise(TDL_ERR_NOMEM, "checkpoint: no memory for a copy of the state");
     }
-    if (residual_sum && !cs->residual && !(cs->residual = malloc(np * sizeof(float)))) {
+    if (residual_sum && !cs->res_buf && !(cs->res_buf = malloc(np * sizeof(float)))) {
         train_ckpt_state_free(cs);
         *out = NULL;
         return tdl_error_raise(TDL_ERR_NOMEM, "checkpoint: no memory for the residual");
@@ -63,26 +82,17 @@ tdl_status_t train_checkpoint_capture(train_trainer_t *tr, int world_size,
         *out = NULL;
         return tdl_error_raise(TDL_ERR_NOMEM, "checkpoint: no memory for the class names");
     }
-    cs->model = m, cs->np = np;
-    memcpy(cs->buf, m->params, np * sizeof(float));
-    memcpy(cs->buf + np, tr->ema, np * sizeof(float));
-    memcpy(cs->buf + 2 * np, tr->opt.m, np * sizeof(float));
-    memcpy(cs->buf + 3 * np, tr->opt.v, np * sizeof(float));
+    const float *const from[4] = {m->params, tr->ema, tr->opt.m, tr->opt.v};
+    for (int k = 0; k < 4; k++) {
+        memcpy(cs->buf + k * np, from[k], np * sizeof(float));
+        cs->arrays[k] = cs->buf + k * np;
+    }
     if (residual_sum)
-        memcpy(cs->residual, residual_sum, np * sizeof(float));
-    else if (cs->residual)
-        free(cs->residual), cs->residual = NULL;
-    /* the loss ring, oldest first */
-    int64_t first = TDL_MAX(0, tr->loss_count - TRAIN_LOSS_HISTORY);
-    cs->nloss = (int)(tr->loss_count - first);
-    for (int i = 0; i < cs->nloss; i++)
-        memcpy(cs->loss[i], tr->loss_hist[(first + i) % TRAIN_LOSS_HISTORY], sizeof(cs->loss[i]));
-    uint64_t epoch, pos;
-    train_sampler_cursor(&tr->sampler, &epoch, &pos);
-    cs->step = tr->step, cs->adamw_step = (int64_t)tr->opt.step;
-    cs->epoch = (int64_t)epoch, cs->pos = (int64_t)pos, cs->world_size = world_size;
-    cs->seed = tr->opts.seed, cs->batch = tr->opts.batch;
-    cs->lr = tr->opts.lr, cs->warmup = tr->opts.warmup;
+        memcpy(cs->res_buf, residual_sum, np * sizeof(float));
+    else if (cs->res_buf)
+        free(cs->res_buf), cs->res_buf = NULL;
+    cs->residual = cs->res_buf;
+    checkpoint_scalars(cs, tr, world_size);
     *out = cs;
     return TDL_OK;
 }
@@ -90,11 +100,12 @@ tdl_status_t train_checkpoint_capture(train_trainer_t *tr, int world_size,
 tdl_status_t train_checkpoint_write(const train_ckpt_state_t *cs, const char *path)
 {
     const dit_model_t *m = cs->model;
-    size_t np = cs->np;
-    ckpt_tensor_t *pt = train_tensors_of(m, cs->buf), *et = train_tensors_of(m, cs->buf + np);
-    ckpt_tensor_t *mt = train_tensors_of(m, cs->buf + 2 * np);
-    ckpt_tensor_t *vt = train_tensors_of(m, cs->buf + 3 * np);
-    ckpt_tensor_t *rt = cs->residual ? train_tensors_of(m, cs->residual) : NULL;
+    ckpt_tensor_t *pt = train_tensors_of(m, cs->arrays[0]);
+    ckpt_tensor_t *et = train_tensors_of(m, cs->arrays[1]);
+    ckpt_tensor_t *mt = train_tensors_of(m, cs->arrays[2]);
+    ckpt_tensor_t *vt = train_tensors_of(m, cs->arrays[3]);
+    /* ckpt only reads the data of the tensors it writes */
+    ckpt_tensor_t *rt = cs->residual ? train_tensors_of(m, (float *)cs->residual) : NULL;
     tdl_status_t st;
     if (!pt || !et || !mt || !vt || (cs->residual && !rt)) {
         st = tdl_error_raise(TDL_ERR_NOMEM, "checkpoint %s: out of memory", path);
@@ -161,12 +172,25 @@ out:
     return st;
 }
 
+tdl_status_t train_checkpoint_write_now(train_trainer_t *tr, int world_size,
+                                        const float *residual_sum, const char *path)
+{
+    /* nothing changes the trainer while this writes: its arrays are written as they are */
+    dit_model_t *m = tr->model;
+    train_ckpt_state_t cs = {
+        .arrays = {m->params, tr->ema, tr->opt.m, tr->opt.v},
+        .residual = residual_sum,
+    };
+    checkpoint_scalars(&cs, tr, world_size);
+    const char *const *names = train_trainer_class_names(tr);
+    if (names && !(cs.class_names = train_class_names_json(names, m->config.num_classes)))
+        return tdl_error_raise(TDL_ERR_NOMEM, "checkpoint: no memory for the class names");
+    tdl_status_t st = train_checkpoint_write(&cs, path);
+    free(cs.class_names);
+    return st;
+}
+
 tdl_status_t train_checkpoint_save(train_trainer_t *tr, const char *path, int world_size)
 {
-    train_ckpt_state_t *cs = NULL;
-    tdl_status_t st = train_checkpoint_capture(tr, world_size, NULL, &cs);
-    if (st == TDL_OK)
-        st = train_checkpoint_write(cs, path);
-    train_ckpt_state_free(cs);
-    return st;
+    return train_checkpoint_write_now(tr, world_size, NULL, path);
 }

@@ -71,11 +71,7 @@ tdl_status_t train_checkpoint_dir_save_res(train_trainer_t *tr, const char *dir,
 {
     char path[1024];
     snprintf(path, sizeof(path), "%s/ckpt-%08lld.h5", dir, (long long)tr->step);
-    train_ckpt_state_t *cs = NULL;
-    tdl_status_t st = train_checkpoint_capture(tr, world_size, residual_sum, &cs);
-    if (st == TDL_OK)
-        st = train_checkpoint_write(cs, path);
-    train_ckpt_state_free(cs);
+    tdl_status_t st = train_checkpoint_write_now(tr, world_size, residual_sum, path);
     if (st == TDL_OK)
         st = train_ckpt_dir_publish(dir, path, keep);
     if (st == TDL_OK && path_out)

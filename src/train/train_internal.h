@@ -63,6 +63,11 @@ tdl_status_t train_checkpoint_attrs_read(const char *path, train_ckpt_attrs_t *o
 
 /* Frees a state of train_checkpoint_capture (NULL: nothing). */
 void train_ckpt_state_free(train_ckpt_state_t *cs);
+/* Writes the checkpoint at path from the trainer's own arrays, without the copy that
+ * train_checkpoint_capture makes for the background writer: for a write in the foreground.
+ * residual_sum as there. */
+tdl_status_t train_checkpoint_write_now(train_trainer_t *tr, int world_size,
+                                        const float *residual_sum, const char *path);
 /* Checkpoint files in dir, newest step first: "ckpt-<step>.h5". */
 int train_ckpt_dir_list(const char *dir, int64_t *steps, int max);
 /* After dir/ckpt-<step>.h5 is on disk: "latest" names it, and only the newest `keep` stay. */
