@@ -111,7 +111,7 @@ fi
 
 # PNG folders against PIL + PyTorch
 if ! "$py" -c 'import torch, PIL, numpy' >/dev/null 2>&1; then
-    skip "$py cannot import torch, PIL and numpy: the PNG folder against the reference pipeline"
+    skip "$py cannot import torch, PIL and numpy (apt-get install python3-torch python3-pil): the PNG folder against the reference pipeline"
     done_testing; exit $?
 fi
 "$ref" names 32,64 1 8 both >"$dir/names.txt"
