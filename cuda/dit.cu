@@ -3,7 +3,9 @@
 // is a kernel of this file, written under cuda/kernel.h's rules so that the same code also runs,
 // emulated, in the CPU test tests/unit/test_dit_emu.c against src/dit's CPU layers. Reductions
 // are one thread per row or per column (LayerNorm, softmax, bias and modulation gradients), with
-// the CPU's double accumulators; element-wise kernels are grid-stride loops.
+// the CPU's double accumulators; element-wise kernels are grid-stride loops. The VAE's
+// convolutions are im2col kernels and cuBLAS products; its GroupNorm sums chunks of 256 values a
+// thread, then each group's chunks in double, as src/dit/vae_layers.c does.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -241,6 +243,105 @@ TDL_KERNEL void k_embed_labels_backward(float *dtable, const float *dc, const in
     for (size_t j = tdl_tid(); j < (size_t)d; j += tdl_nthreads())
         for (int s = 0; s < b; s++)
             dtable[(size_t)y[s] * d + j] += dc[(size_t)s * d + j];
+}
+
+// ---- the VAE's layers (one image x[C, H, W]) -----------------------------------------------
+
+// out[o, i] = bias[o], or += it when accumulate, over cout channels of hw values
+TDL_KERNEL void k_vae_bias(float *out, const float *bias, int cout, size_t hw, int accumulate)
+{
+    for (size_t i = tdl_tid(); i < (size_t)cout * hw; i += tdl_nthreads()) {
+        float b = bias[i / hw];
+        out[i] = accumulate ? out[i] + b : b;
+    }
+}
+
+// cols[ci*9 + ky*3 + kx, (y - r0)*wo + x] of output rows r0 to r1: stride 1 reads
+// in[y + ky - 1][x + kx - 1] (padding 1), stride 2 in[2y + ky][2x + kx] (zero past the bottom and
+// right edges, Downsample2D's padding)
+TDL_KERNEL void k_vae_im2col3(float *cols, const float *in, int cin, int h, int w, int wo, int r0,
+                              int r1, int stride)
+{
+    size_t ncol = (size_t)(r1 - r0) * wo, total = (size_t)cin * 9 * ncol;
+    for (size_t i = tdl_tid(); i < total; i += tdl_nthreads()) {
+        size_t row = i / ncol, col = i % ncol;
+        int ci = (int)(row / 9), ky = (int)(row % 9) / 3, kx = (int)(row % 9) % 3;
+        int y = r0 + (int)(col / wo), x = (int)(col % wo);
+        int sy = stride == 1 ? y + ky - 1 : 2 * y + ky, sx = stride == 1 ? x + kx - 1 : 2 * x + kx;
+        bool inside = sy >= 0 && sy < h && sx >= 0 && sx < w;
+        cols[i] = inside ? in[((size_t)ci * h + sy) * w + sx] : 0.0f;
+    }
+}
+
+#define VAE_GN_CHUNK 256
+
+// part[g, j] = the sum of x - mean[g] (squared when sq; mean NULL: 0) over chunk j of group g's
+// n values: the CPU's chunks of 256, one thread each
+TDL_KERNEL void k_vae_gn_partial(float *part, const float *in, const float *mean, size_t n,
+                                 int nchunk, int groups, int sq)
+{
+    for (size_t i = tdl_tid(); i < (size_t)groups * nchunk; i += tdl_nthreads()) {
+        size_t g = i / (size_t)nchunk, c0 = (i % (size_t)nchunk) * VAE_GN_CHUNK;
+        size_t c1 = c0 + VAE_GN_CHUNK < n ? c0 + VAE_GN_CHUNK : n;
+        const float *x = in + g * n;
+        float m = mean ? mean[g] : 0.0f, acc = 0.0f;
+        for (size_t j = c0; j < c1; j++) {
+            float d = x[j] - m;
+            acc += sq ? d * d : d;
+        }
+        part[i] = acc;
+    }
+}
+
+// stat[g] = group g's mean (rstd 0) or 1 / sqrt(variance + 1e-6) (rstd 1), its chunks added in
+// double as on the CPU
+TDL_KERNEL void k_vae_gn_stat(float *stat, const float *part, size_t n, int nchunk, int groups,
+                              int rstd)
+{
+    for (size_t g = tdl_tid(); g < (size_t)groups; g += tdl_nthreads()) {
+        double sum = 0;
+        for (int j = 0; j < nchunk; j++)
+            sum += part[g * nchunk + j];
+        stat[g] = rstd ? (float)(1.0 / sqrt(sum / (double)n + 1e-6)) : (float)(sum / (double)n);
+    }
+}
+
+TDL_KERNEL void k_vae_gn_apply(float *out, const float *in, const float *weight, const float *bias,
+                               const float *mean, const float *rstd, int c, size_t hw, int per,
+                               int silu)
+{
+    for (size_t i = tdl_tid(); i < (size_t)c * hw; i += tdl_nthreads()) {
+        size_t ch = i / hw, g = ch / (size_t)per;
+        float a = rstd[g] * weight[ch], b = bias[ch] - mean[g] * a;
+        float y = in[i] * a + b;
+        out[i] = silu ? dit_silu(y) : y;
+    }
+}
+
+TDL_KERNEL void k_vae_upsample2x(float *out, const float *in, int c, int h, int w)
+{
+    size_t total = (size_t)c * 4 * h * w;
+    for (size_t i = tdl_tid(); i < total; i += tdl_nthreads()) {
+        size_t ch = i / ((size_t)4 * h * w), rest = i % ((size_t)4 * h * w);
+        size_t y = rest / (2 * (size_t)w), x = rest % (2 * (size_t)w);
+        out[i] = in[(ch * h + y / 2) * w + x / 2];
+    }
+}
+
+TDL_KERNEL void k_vae_add(float *y, const float *x, size_t n)
+{
+    for (size_t i = tdl_tid(); i < n; i += tdl_nthreads())
+        y[i] += x[i];
+}
+
+// out[cols, rows] (+)= in[rows, cols]^T, one thread per output value
+TDL_KERNEL void k_vae_transpose(float *out, const float *in, int rows, int cols, int accumulate)
+{
+    for (size_t i = tdl_tid(); i < (size_t)rows * cols; i += tdl_nthreads()) {
+        size_t c = i / (size_t)rows, r = i % (size_t)rows;
+        float v = in[r * cols + c];
+        out[i] = accumulate ? out[i] + v : v;
+    }
 }
 
 // ---- the backend ------------------------------------------------------------------------------
@@ -482,6 +583,102 @@ static void cu_embed_labels_backward(void *ctx, float *dtable, const float *dc, 
     LAUNCHED(ctx, "label embedding backward");
 }
 
+// The columns of a band of output rows at a time (cols_floats of them), one cuBLAS product a band,
+// as the CPU does.
+static void cu_vae_conv2d_forward(void *ctx, float *out, const float *in, const float *weight,
+                                  const float *bias, int cin, int cout, int h, int w, int k,
+                                  int stride, bool accumulate, float *cols, size_t cols_floats)
+{
+    int ho = stride == 1 ? h : h / 2, wo = stride == 1 ? w : w / 2;
+    int hw = ho * wo;
+    if (bias) {
+        TDL_LAUNCH(k_vae_bias, GRID((size_t)cout * hw), TDL_BLOCK, S(ctx), out, bias, cout,
+                   (size_t)hw, accumulate ? 1 : 0);
+        LAUNCHED(ctx, "VAE convolution bias");
+    }
+    float beta = bias || accumulate ? 1.0f : 0.0f;
+    if (k == 1) {
+        tdl_gpu_gemm(G(ctx), false, false, cout, hw, cin, 1.0f, weight, cin, in, hw, beta, out, hw);
+        return;
+    }
+    size_t per_row = (size_t)cin * 9 * wo;
+    size_t fit = cols_floats / per_row;
+    int band = fit < 1 ? 1 : (fit > (size_t)ho ? ho : (int)fit);
+    for (int r0 = 0; r0 < ho; r0 += band) {
+        int r1 = r0 + band < ho ? r0 + band : ho, ncol = (r1 - r0) * wo;
+        TDL_LAUNCH(k_vae_im2col3, GRID((size_t)cin * 9 * ncol), TDL_BLOCK, S(ctx), cols, in, cin,
+                   h, w, wo, r0, r1, stride);
+        LAUNCHED(ctx, "VAE im2col");
+        tdl_gpu_gemm(G(ctx), false, false, cout, ncol, cin * 9, 1.0f, weight, cin * 9, cols, ncol,
+                     beta, out + (size_t)r0 * wo, hw);
+    }
+}
+
+static size_t cu_vae_groupnorm_scratch(int c, int hw, int groups)
+{
+    size_t n = (size_t)(c / groups) * hw;
+    return (size_t)groups * ((n + VAE_GN_CHUNK - 1) / VAE_GN_CHUNK) + 2 * (size_t)groups;
+}
+
+// Partial sums of chunks of 256, then each group's in double: the mean, then the variance about it
+// (two passes, as the CPU), then one element-wise pass.
+static void cu_vae_groupnorm_forward(void *ctx, float *out, const float *in, const float *weight,
+                                     const float *bias, int c, int hw, int groups, bool silu,
+                                     float *scratch)
+{
+    int per = c / groups;
+    size_t n = (size_t)per * hw;
+    int nchunk = (int)((n + VAE_GN_CHUNK - 1) / VAE_GN_CHUNK);
+    float *part = scratch, *mean = scratch + (size_t)groups * nchunk, *rstd = mean + groups;
+    size_t nparts = (size_t)groups * nchunk;
+    TDL_LAUNCH(k_vae_gn_partial, GRID(nparts), TDL_BLOCK, S(ctx), part, in, (const float *)NULL,
+               n, nchunk, groups, 0);
+    TDL_LAUNCH(k_vae_gn_stat, GRID(groups), TDL_BLOCK, S(ctx), mean, part, n, nchunk, groups, 0);
+    TDL_LAUNCH(k_vae_gn_partial, GRID(nparts), TDL_BLOCK, S(ctx), part, in, (const float *)mean,
+               n, nchunk, groups, 1);
+    TDL_LAUNCH(k_vae_gn_stat, GRID(groups), TDL_BLOCK, S(ctx), rstd, part, n, nchunk, groups, 1);
+    TDL_LAUNCH(k_vae_gn_apply, GRID((size_t)c * hw), TDL_BLOCK, S(ctx), out, in, weight, bias,
+               (const float *)mean, (const float *)rstd, c, (size_t)hw, per, silu ? 1 : 0);
+    LAUNCHED(ctx, "VAE GroupNorm");
+}
+
+static void cu_vae_upsample2x_forward(void *ctx, float *out, const float *in, int c, int h, int w)
+{
+    TDL_LAUNCH(k_vae_upsample2x, GRID((size_t)c * 4 * h * w), TDL_BLOCK, S(ctx), out, in, c, h, w);
+    LAUNCHED(ctx, "VAE upsampling");
+}
+
+static void cu_vae_add(void *ctx, float *y, const float *x, size_t n)
+{
+    TDL_LAUNCH(k_vae_add, GRID(n), TDL_BLOCK, S(ctx), y, x, n);
+    LAUNCHED(ctx, "VAE residual");
+}
+
+static void cu_vae_transpose(void *ctx, float *out, const float *in, int rows, int cols,
+                             bool accumulate)
+{
+    TDL_LAUNCH(k_vae_transpose, GRID((size_t)rows * cols), TDL_BLOCK, S(ctx), out, in, rows, cols,
+               accumulate ? 1 : 0);
+    LAUNCHED(ctx, "VAE transpose");
+}
+
+// DIT_VAE_ATTN_TILE query rows at a time, as the CPU: s holds that many rows of scores.
+static void cu_vae_attention_forward(void *ctx, float *o, const float *q, const float *k,
+                                     const float *v, float *s, int t, int c)
+{
+    int tile = t < DIT_VAE_ATTN_TILE ? t : DIT_VAE_ATTN_TILE;
+    float scale = 1.0f / sqrtf((float)c);
+    for (int r0 = 0; r0 < t; r0 += tile) {
+        int rows = t - r0 < tile ? t - r0 : tile;
+        tdl_gpu_gemm(G(ctx), false, true, rows, t, c, scale, q + (size_t)r0 * c, c, k, c, 0.0f, s,
+                     t);
+        TDL_LAUNCH(k_softmax_rows, GRID(rows), TDL_BLOCK, S(ctx), s, (size_t)rows, t);
+        LAUNCHED(ctx, "VAE softmax");
+        tdl_gpu_gemm(G(ctx), false, false, rows, c, t, 1.0f, s, t, v, c, 0.0f, o + (size_t)r0 * c,
+                     c);
+    }
+}
+
 static void cu_close(dit_backend_t *be)
 {
     dit_cuda_t *c = (dit_cuda_t *)be->ctx;
@@ -558,6 +755,13 @@ extern "C" tdl_status_t DIT_BACKEND_CUDA_OPEN(int gpu, int local_rank, dit_backe
     be->add_rows = cu_add_rows;
     be->embed_labels = cu_embed_labels;
     be->embed_labels_backward = cu_embed_labels_backward;
+    be->vae_groupnorm_forward = cu_vae_groupnorm_forward;
+    be->vae_groupnorm_scratch = cu_vae_groupnorm_scratch;
+    be->vae_conv2d_forward = cu_vae_conv2d_forward;
+    be->vae_upsample2x_forward = cu_vae_upsample2x_forward;
+    be->vae_add = cu_vae_add;
+    be->vae_transpose = cu_vae_transpose;
+    be->vae_attention_forward = cu_vae_attention_forward;
     *be_out = be;
     return TDL_OK;
 }

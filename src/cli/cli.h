@@ -91,7 +91,8 @@ typedef struct cli_vae {
 /* The configuration, checked (the file has the parts asked for): CLI_EXIT_OK, or a usage error
  * printed (exit 2). */
 int cli_vae_config(const char *arg, int parts, cli_vae_t *out);
-tdl_status_t cli_vae_load(const cli_vae_t *vae, dit_vae_t **vae_out);
+/* The VAE, run on device (dit_backend_open's; NULL or "cpu": the CPU). */
+tdl_status_t cli_vae_load(const cli_vae_t *vae, const char *device, dit_vae_t **vae_out);
 
 int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The end of MPI for a command: MPI_Finalize, unless a rank died (deaths, from gfc_verdict)

@@ -327,7 +327,7 @@ static int encode_run(tdl_params_t *params, int npos, char **pos)
     size_t n = limit && limit < s.n ? limit : s.n;
 
     dit_vae_t *vae = NULL;
-    st = cli_vae_load(&va, &vae);
+    st = cli_vae_load(&va, NULL, &vae);
     if (st != TDL_OK) {
         fprintf(stderr, "tidal: encode: --vae %s: %s\n", vae_arg, tdl_error_get());
         src_free(&s);

@@ -126,7 +126,9 @@ static int generate_run(tdl_params_t *params, int npos, char **pos)
     dit_vae_t *vae = NULL;
     float *rgb = NULL;
     int side = res * scale, channels = c->in_channels;
-    if (st == TDL_OK && vae_path && (st = cli_vae_load(&va, &vae)) == TDL_OK) {
+    /* the latents decode on the DiT's device */
+    const char *device = tdl_param_str(params, "device");
+    if (st == TDL_OK && vae_path && (st = cli_vae_load(&va, device, &vae)) == TDL_OK) {
         channels = vae->config.out_channels;
         if (!(rgb = malloc((size_t)n * channels * side * side * sizeof(float))))
             st = tdl_error_raise(TDL_ERR_NOMEM, "out of memory for %d images of %d", n, side);

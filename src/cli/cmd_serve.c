@@ -302,8 +302,9 @@ int cli_serve_main(tdl_params_t *params, const char *what, const cli_colocate_t 
     serve_dispatcher_t *d = NULL;
     bool up = false; /* every rank's gfc runtime is up (the same on every rank) */
     dit_vae_t *vae = NULL;
+    const char *device = tdl_param_str(params, "device"); /* the VAE's too */
     if ((st = serving_model(params, run, &m)) != TDL_OK ||
-        (vae_path && (st = cli_vae_load(&vae_arg, &vae)) != TDL_OK)) {
+        (vae_path && (st = cli_vae_load(&vae_arg, device, &vae)) != TDL_OK)) {
         fprintf(stderr, "tidal[%d]: %s: %s\n", me.rank, what, tdl_error_get());
         rc = CLI_EXIT_FAILURE;
     }

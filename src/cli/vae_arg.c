@@ -37,12 +37,24 @@ int cli_vae_config(const char *arg, int parts, cli_vae_t *out)
     return CLI_EXIT_OK;
 }
 
-tdl_status_t cli_vae_load(const cli_vae_t *v, dit_vae_t **vae_out)
+tdl_status_t cli_vae_load(const cli_vae_t *v, const char *device, dit_vae_t **vae_out)
 {
-    if (!v->random)
-        return train_vae_load(v->arg, v->parts, vae_out);
-    tdl_status_t st = dit_vae_create_parts(&v->config, v->parts, vae_out);
-    if (st == TDL_OK)
-        dit_vae_init_weights(*vae_out, v->seed);
-    return st;
+    dit_vae_t *vae = NULL;
+    struct dit_backend *be = NULL;
+    tdl_status_t st;
+    if (!v->random) {
+        st = train_vae_load(v->arg, v->parts, &vae);
+    } else if ((st = dit_vae_create_parts(&v->config, v->parts, &vae)) == TDL_OK) {
+        dit_vae_init_weights(vae, v->seed);
+    }
+    /* its own backend on the DiT's device: the VAE and the model are freed apart */
+    if (st == TDL_OK && device && strcmp(device, "cpu") != 0 &&
+        (st = dit_backend_open(device, -1, &be)) == TDL_OK)
+        st = dit_vae_set_backend(vae, be);
+    if (st != TDL_OK) {
+        dit_vae_free(vae);
+        return st;
+    }
+    *vae_out = vae;
+    return TDL_OK;
 }

@@ -70,7 +70,36 @@ typedef struct dit_backend {
     /* dtable[y[s]] += dc[s] */
     void (*embed_labels_backward)(void *ctx, float *dtable, const float *dc, const int *y, int b,
                                   int d);
+
+    /* ---- the VAE's layers (dit/vae.h), on one image x[C, H, W] at a time ---- */
+    /* out[C, HW] = GroupNorm(in) * weight[c] + bias[c] over `groups` groups, eps 1e-6, then SiLU
+     * when silu; out may be in. scratch: vae_groupnorm_scratch(c, hw, groups) floats. */
+    void (*vae_groupnorm_forward)(void *ctx, float *out, const float *in, const float *weight,
+                                  const float *bias, int c, int hw, int groups, bool silu,
+                                  float *scratch);
+    size_t (*vae_groupnorm_scratch)(int c, int hw, int groups);
+    /* out[Cout, Ho, Wo] (+)= conv(in[Cin, H, W]) + bias (NULL: none), weight[Cout, Cin, k, k]:
+     * k 1, or k 3 with stride 1 (padding 1, Ho = H) or stride 2 (Downsample2D's bottom and right
+     * padding, Ho = H / 2); accumulate adds to out. cols: a column buffer of cols_floats, at
+     * least Cin * 9 * Wo. */
+    void (*vae_conv2d_forward)(void *ctx, float *out, const float *in, const float *weight,
+                               const float *bias, int cin, int cout, int h, int w, int k,
+                               int stride, bool accumulate, float *cols, size_t cols_floats);
+    /* out[C, 2H, 2W] = in[C, H, W], each value repeated 2x2 (nearest) */
+    void (*vae_upsample2x_forward)(void *ctx, float *out, const float *in, int c, int h, int w);
+    /* y[i] += x[i] */
+    void (*vae_add)(void *ctx, float *y, const float *x, size_t n);
+    /* out[cols, rows] = in[rows, cols]^T, or += when accumulate */
+    void (*vae_transpose)(void *ctx, float *out, const float *in, int rows, int cols,
+                          bool accumulate);
+    /* o[T, C] = softmax(q k^T / sqrt(C)) v, one head over rows [T, C]; s: scratch of
+     * DIT_VAE_ATTN_TILE rows of T scores (fewer when T is smaller) */
+    void (*vae_attention_forward)(void *ctx, float *o, const float *q, const float *k,
+                                  const float *v, float *s, int t, int c);
 } dit_backend_t;
+
+/* Query rows of the VAE's mid-block attention whose scores are held at once. */
+#define DIT_VAE_ATTN_TILE 256
 
 /* The CPU backend (static, nothing to close). */
 const dit_backend_t *dit_backend_cpu(void);

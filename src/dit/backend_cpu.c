@@ -1,11 +1,12 @@
-/* The CPU backend: the layer functions of layers.c, attention.c and embed.c on host memory,
- * matrix products through OpenBLAS. */
+/* The CPU backend: the layer functions of layers.c, attention.c, embed.c and vae_layers.c on host
+ * memory, matrix products through OpenBLAS. */
 #include "config.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "dit/dit_internal.h"
+#include "dit/vae.h"
 
 static float *cpu_alloc(void *ctx, size_t n)
 {
@@ -191,6 +192,59 @@ static void cpu_embed_labels_backward(void *ctx, float *dtable, const float *dc,
             dtable[(size_t)y[s] * d + j] += dc[(size_t)s * d + j];
 }
 
+static void cpu_vae_groupnorm_forward(void *ctx, float *out, const float *in, const float *weight,
+                                      const float *bias, int c, int hw, int groups, bool silu,
+                                      float *scratch)
+{
+    (void)ctx, (void)scratch;
+    dit_vae_groupnorm_forward(out, in, weight, bias, c, hw, groups, silu);
+}
+
+static size_t cpu_vae_groupnorm_scratch(int c, int hw, int groups)
+{
+    (void)c, (void)hw, (void)groups;
+    return 0;
+}
+
+static void cpu_vae_conv2d_forward(void *ctx, float *out, const float *in, const float *weight,
+                                   const float *bias, int cin, int cout, int h, int w, int k,
+                                   int stride, bool accumulate, float *cols, size_t cols_floats)
+{
+    (void)ctx;
+    if (stride == 2)
+        dit_vae_conv2d_down_forward(out, in, weight, bias, cin, cout, h, w, cols, cols_floats);
+    else
+        dit_vae_conv2d_forward(out, in, weight, bias, cin, cout, h, w, k, accumulate, cols,
+                               cols_floats);
+}
+
+static void cpu_vae_upsample2x_forward(void *ctx, float *out, const float *in, int c, int h,
+                                       int w)
+{
+    (void)ctx;
+    dit_vae_upsample2x_forward(out, in, c, h, w);
+}
+
+static void cpu_vae_add(void *ctx, float *y, const float *x, size_t n)
+{
+    (void)ctx;
+    dit_vae_add_forward(y, x, n);
+}
+
+static void cpu_vae_transpose(void *ctx, float *out, const float *in, int rows, int cols,
+                              bool accumulate)
+{
+    (void)ctx;
+    dit_vae_transpose(out, in, rows, cols, accumulate);
+}
+
+static void cpu_vae_attention_forward(void *ctx, float *o, const float *q, const float *k,
+                                      const float *v, float *s, int t, int c)
+{
+    (void)ctx;
+    dit_vae_attention_forward(o, q, k, v, s, t, c);
+}
+
 static const dit_backend_t cpu_backend = {
     .name = "cpu",
     .host_memory = true,
@@ -222,6 +276,13 @@ static const dit_backend_t cpu_backend = {
     .add_rows = cpu_add_rows,
     .embed_labels = cpu_embed_labels,
     .embed_labels_backward = cpu_embed_labels_backward,
+    .vae_groupnorm_forward = cpu_vae_groupnorm_forward,
+    .vae_groupnorm_scratch = cpu_vae_groupnorm_scratch,
+    .vae_conv2d_forward = cpu_vae_conv2d_forward,
+    .vae_upsample2x_forward = cpu_vae_upsample2x_forward,
+    .vae_add = cpu_vae_add,
+    .vae_transpose = cpu_vae_transpose,
+    .vae_attention_forward = cpu_vae_attention_forward,
 };
 
 const dit_backend_t *dit_backend_cpu(void)

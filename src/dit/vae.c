@@ -1,37 +1,21 @@
 /* The Stable Diffusion VAE (diffusers' AutoencoderKL: Encoder with DownEncoderBlock2D and
  * Downsample2D, Decoder with UpDecoderBlock2D and Upsample2D, both with UNetMidBlock2D,
- * ResnetBlock2D and Attention; quant_conv and post_quant_conv), one image at a time on the CPU.
- * The tensors are listed once (vae_list_build) in the order the forwards run them; the forwards
- * find each by its diffusers name. */
+ * ResnetBlock2D and Attention; quant_conv and post_quant_conv), one image at a time through a
+ * dit_backend_t (the CPU's layers are vae_layers.c, the GPU's cuda/dit.cu). The tensors are listed
+ * once (vae_list_build) in the order the forwards run them; the forwards find each by its
+ * diffusers name. */
 #include "config.h"
-
-/* Without trapping math GCC turns SiLU's clamps (dit/activation.h) into min and max and
- * vectorizes the element-wise loops; they were scalar, 11% of a decode. Before the includes, so
- * that dit_silu is compiled with the same options and inlines into the loops. */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("no-trapping-math")
-#endif
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "dit/activation.h"
+#include "dit/backend.h"
 #include "dit/vae.h"
 
-#define VAE_EPS 1e-6
 /* The convolutions' column buffer, in floats (16 MiB): a band of output rows at a time keeps a
  * 256x256 image's 3x3 convolutions of 256 channels from needing 600 MB of columns. */
 #define VAE_COLS_FLOATS ((size_t)4 << 20)
-/* Query rows of the mid-block attention whose scores are held at once. */
-#define VAE_ATTN_TILE 256
-/* The element-wise loops (GroupNorm, SiLU, sums, bias, residual) in the widest vectors this CPU
- * has. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define VAE_VEC __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define VAE_VEC
-#endif
 
 void dit_vae_config_sd(dit_vae_config_t *config_out)
 {
@@ -280,6 +264,9 @@ void dit_vae_free(dit_vae_t *vae)
 {
     if (!vae)
         return;
+    if (vae->backend_params)
+        vae->backend->release(vae->backend->ctx, vae->backend_params);
+    dit_backend_close(vae->backend);
     free(vae->params);
     free(vae->infos);
     free(vae);
@@ -319,185 +306,55 @@ void dit_vae_init_weights(dit_vae_t *vae, uint64_t seed)
     }
 }
 
-/* ---- layers -------------------------------------------------------------------------------- */
+/* ---- the backend ---------------------------------------------------------------------------- */
 
-/* The sum of x[i] - m (squared when sq) over n values: in float lanes over chunks of 256, so
- * that it vectorizes, the chunks added in double, so that a group of 65536 values sums as
- * accurately as one of 256. */
-VAE_VEC static double sum_chunked(const float *x, size_t n, float m, bool sq)
+tdl_status_t dit_vae_set_backend(dit_vae_t *vae, struct dit_backend *backend)
 {
-    double total = 0;
-    for (size_t c0 = 0; c0 < n; c0 += 256) {
-        size_t c1 = TDL_MIN(n, c0 + 256);
-        float lane[8] = {0};
-        size_t i = c0;
-        for (; i + 8 <= c1; i += 8)
-            for (int l = 0; l < 8; l++) {
-                float d = x[i + l] - m;
-                lane[l] += sq ? d * d : d;
-            }
-        for (; i < c1; i++) {
-            float d = x[i] - m;
-            lane[0] += sq ? d * d : d;
-        }
-        for (int l = 0; l < 8; l++)
-            total += lane[l];
-    }
-    return total;
+    if (vae->backend_params)
+        vae->backend->release(vae->backend->ctx, vae->backend_params);
+    vae->backend_params = NULL;
+    if (vae->backend != backend)
+        dit_backend_close(vae->backend);
+    vae->backend = backend;
+    if (!backend || backend->host_memory)
+        return TDL_OK;
+    if (!(vae->backend_params = backend->alloc(backend->ctx, vae->num_params)))
+        return tdl_error_raise(TDL_ERR_NOMEM, "VAE: no %s memory for %zu parameters: %s",
+                               backend->name, vae->num_params, tdl_error_get());
+    return dit_vae_params_changed(vae);
 }
 
-/* y = x * a + b, then SiLU when silu. */
-VAE_VEC static void norm_apply(float *y, const float *x, float a, float b, int n, bool silu)
+tdl_status_t dit_vae_params_changed(dit_vae_t *vae)
 {
-    if (silu)
-        for (int i = 0; i < n; i++)
-            y[i] = dit_silu(x[i] * a + b);
-    else
-        for (int i = 0; i < n; i++)
-            y[i] = x[i] * a + b;
-}
-
-void dit_vae_groupnorm_forward(float *out, const float *in, const float *weight, const float *bias,
-                               int c, int hw, int groups, bool silu)
-{
-    int per = c / groups;
-    size_t n = (size_t)per * hw;
-    for (int g = 0; g < groups; g++) {
-        const float *x = in + (size_t)g * n;
-        float m = (float)(sum_chunked(x, n, 0.0f, false) / (double)n);
-        double var = sum_chunked(x, n, m, true) / (double)n;
-        float rstd = (float)(1.0 / sqrt(var + VAE_EPS));
-        for (int ch = g * per; ch < (g + 1) * per; ch++) {
-            const float *xc = in + (size_t)ch * hw;
-            float *yc = out + (size_t)ch * hw;
-            float a = rstd * weight[ch], b = bias[ch] - m * a;
-            norm_apply(yc, xc, a, b, hw, silu);
-        }
-    }
-}
-
-/* cols[Cin*9, (r1-r0)*W] of output rows r0 to r1, zero beyond the edges (padding 1); the
- * columns x0 to x1 of a tap read inside the row, and are copied whole. */
-static void im2col3(float *cols, const float *in, int cin, int h, int w, int r0, int r1)
-{
-    size_t ncol = (size_t)(r1 - r0) * w;
-    for (int ci = 0; ci < cin; ci++)
-        for (int ky = 0; ky < 3; ky++)
-            for (int kx = 0; kx < 3; kx++) {
-                float *row = cols + ((size_t)ci * 9 + ky * 3 + kx) * ncol;
-                int x0 = TDL_MAX(0, 1 - kx), x1 = TDL_MIN(w, w + 1 - kx);
-                for (int y = r0; y < r1; y++) {
-                    float *dst = row + (size_t)(y - r0) * w;
-                    int sy = y + ky - 1;
-                    if (sy < 0 || sy >= h || x1 <= x0) {
-                        memset(dst, 0, (size_t)w * sizeof(float));
-                        continue;
-                    }
-                    const float *src = in + ((size_t)ci * h + sy) * w + (kx - 1);
-                    if (x0 > 0)
-                        dst[0] = 0.0f;
-                    memcpy(dst + x0, src + x0, (size_t)(x1 - x0) * sizeof(float));
-                    if (x1 < w)
-                        dst[w - 1] = 0.0f;
-                }
-            }
-}
-
-/* cols[Cin*9, (r1-r0)*Wo] of output rows r0 to r1 of the stride-2 convolution of Downsample2D:
- * output (y, x) tap (ky, kx) reads in[2y + ky][2x + kx], zero past the bottom and right edges
- * (its padding (0, 1, 0, 1)); nothing is padded at the top or left. */
-static void im2col3_down(float *cols, const float *in, int cin, int h, int w, int wo, int r0,
-                         int r1)
-{
-    size_t ncol = (size_t)(r1 - r0) * wo;
-    for (int ci = 0; ci < cin; ci++)
-        for (int ky = 0; ky < 3; ky++)
-            for (int kx = 0; kx < 3; kx++) {
-                float *row = cols + ((size_t)ci * 9 + ky * 3 + kx) * ncol;
-                for (int y = r0; y < r1; y++) {
-                    float *dst = row + (size_t)(y - r0) * wo;
-                    int sy = 2 * y + ky;
-                    if (sy >= h) {
-                        memset(dst, 0, (size_t)wo * sizeof(float));
-                        continue;
-                    }
-                    const float *src = in + ((size_t)ci * h + sy) * w + kx;
-                    for (int x = 0; x < wo; x++)
-                        dst[x] = 2 * x + kx < w ? src[2 * x] : 0.0f;
-                }
-            }
-}
-
-/* out[Cout, Ho*Wo] holds the bias (or what to add to) already, beta 1, or nothing, beta 0. */
-static void conv3_banded(float *out, const float *in, const float *weight, int cin, int cout, int h,
-                         int w, int stride, float beta, float *cols, size_t cols_floats)
-{
-    int ho = stride == 1 ? h : h / 2, wo = stride == 1 ? w : w / 2;
-    size_t per_row = (size_t)cin * 9 * wo;
-    int band = (int)TDL_MIN((size_t)ho, TDL_MAX((size_t)1, cols_floats / per_row));
-    for (int r0 = 0; r0 < ho; r0 += band) {
-        int r1 = TDL_MIN(ho, r0 + band), ncol = (r1 - r0) * wo;
-        if (stride == 1)
-            im2col3(cols, in, cin, h, w, r0, r1);
-        else
-            im2col3_down(cols, in, cin, h, w, wo, r0, r1);
-        tensor_gemm(false, false, cout, ncol, cin * 9, 1.0f, weight, cin * 9, cols, ncol, beta,
-                    out + (size_t)r0 * wo, ho * wo);
-    }
-}
-
-VAE_VEC static void bias_fill(float *out, const float *bias, int cout, size_t hw, bool accumulate)
-{
-    for (int o = 0; o < cout; o++) {
-        float *y = out + (size_t)o * hw;
-        for (size_t i = 0; i < hw; i++)
-            y[i] = accumulate ? y[i] + bias[o] : bias[o];
-    }
-}
-
-void dit_vae_conv2d_forward(float *out, const float *in, const float *weight, const float *bias,
-                            int cin, int cout, int h, int w, int k, bool accumulate, float *cols,
-                            size_t cols_floats)
-{
-    size_t hw = (size_t)h * w;
-    if (bias)
-        bias_fill(out, bias, cout, hw, accumulate);
-    float beta = bias || accumulate ? 1.0f : 0.0f;
-    if (k == 1) {
-        tensor_gemm(false, false, cout, (int)hw, cin, 1.0f, weight, cin, in, (int)hw, beta, out,
-                    (int)hw);
-        return;
-    }
-    conv3_banded(out, in, weight, cin, cout, h, w, 1, beta, cols, cols_floats);
-}
-
-void dit_vae_conv2d_down_forward(float *out, const float *in, const float *weight,
-                                 const float *bias, int cin, int cout, int h, int w, float *cols,
-                                 size_t cols_floats)
-{
-    if (bias)
-        bias_fill(out, bias, cout, (size_t)(h / 2) * (w / 2), false);
-    conv3_banded(out, in, weight, cin, cout, h, w, 2, bias ? 1.0f : 0.0f, cols, cols_floats);
+    dit_backend_t *be = vae->backend;
+    if (!vae->backend_params)
+        return TDL_OK;
+    be->upload(be->ctx, vae->backend_params, vae->params, vae->num_params);
+    return be->finish(be->ctx);
 }
 
 /* ---- the forwards --------------------------------------------------------------------------- */
 
-/* One image's buffers: x the activation, t1 and t2 free for a layer's outputs. */
+/* One call's buffers, in the backend's memory: x the activation, t1 and t2 free for a layer's
+ * outputs. */
 typedef struct vae_ws {
     const dit_vae_t *vae;
+    const dit_backend_t *be;
+    void *ctx;
+    const float *params; /* vae->params, or the backend's copy */
     float *x, *t1, *t2;
-    float *cols;
+    float *cols; /* the convolutions' columns, GroupNorm's scratch */
     size_t cols_floats;
     float *attn; /* the mid-block attention's rows and scores */
     int groups;
 } vae_ws_t;
 
-static const float *param(const dit_vae_t *vae, const char *prefix, const char *suffix)
+static const float *param(const vae_ws_t *ws, const char *prefix, const char *suffix)
 {
     char name[VAE_NAME];
     name_join(name, prefix, suffix);
-    const dit_param_info_t *p = dit_vae_param(vae, name);
-    return p ? vae->params + p->offset : NULL; /* NULL only for a bug in the names */
+    const dit_param_info_t *p = dit_vae_param(ws->vae, name);
+    return p ? ws->params + p->offset : NULL; /* NULL only for a bug in the names */
 }
 
 static void swap(float **a, float **b)
@@ -510,22 +367,16 @@ static void swap(float **a, float **b)
 static void conv(vae_ws_t *ws, const char *prefix, float *out, const float *in, int cin, int cout,
                  int h, int w, int k, bool accumulate)
 {
-    dit_vae_conv2d_forward(out, in, param(ws->vae, prefix, "weight"),
-                           param(ws->vae, prefix, "bias"), cin, cout, h, w, k, accumulate, ws->cols,
-                           ws->cols_floats);
+    ws->be->vae_conv2d_forward(ws->ctx, out, in, param(ws, prefix, "weight"),
+                               param(ws, prefix, "bias"), cin, cout, h, w, k, 1, accumulate,
+                               ws->cols, ws->cols_floats);
 }
 
 static void norm(vae_ws_t *ws, const char *prefix, float *out, const float *in, int c, int hw,
                  bool silu)
 {
-    dit_vae_groupnorm_forward(out, in, param(ws->vae, prefix, "weight"),
-                              param(ws->vae, prefix, "bias"), c, hw, ws->groups, silu);
-}
-
-VAE_VEC static void add_to(float *y, const float *x, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        y[i] += x[i];
+    ws->be->vae_groupnorm_forward(ws->ctx, out, in, param(ws, prefix, "weight"),
+                                  param(ws, prefix, "bias"), c, hw, ws->groups, silu, ws->cols);
 }
 
 /* ResnetBlock2D, x[Cin, H, W] -> x[Cout, H, W]: shortcut(x) + conv2(silu(norm2(conv1(silu(
@@ -546,7 +397,7 @@ static void resnet_forward(vae_ws_t *ws, const char *prefix, int cin, int cout, 
         name_join(name, prefix, "conv_shortcut");
         conv(ws, name, ws->t1, ws->x, cin, cout, h, w, 1, true);
     } else {
-        add_to(ws->t1, ws->x, (size_t)cout * hw);
+        ws->be->vae_add(ws->ctx, ws->t1, ws->x, (size_t)cout * hw);
     }
     swap(&ws->x, &ws->t1);
 }
@@ -556,44 +407,25 @@ static void resnet_forward(vae_ws_t *ws, const char *prefix, int cin, int cout, 
 static void attention_forward(vae_ws_t *ws, const char *prefix, int c, int t)
 {
     size_t tc = (size_t)t * c;
-    int tile = TDL_MIN(t, VAE_ATTN_TILE);
     float *buf = ws->attn;
     float *xt = buf, *q = buf + tc, *k = buf + 2 * tc, *v = buf + 3 * tc, *s = buf + 4 * tc;
     char name[VAE_NAME];
     name_join(name, prefix, "group_norm");
     norm(ws, name, ws->t1, ws->x, c, t, false);
-    for (int ch = 0; ch < c; ch++)
-        for (int i = 0; i < t; i++)
-            xt[(size_t)i * c + ch] = ws->t1[(size_t)ch * t + i];
+    ws->be->vae_transpose(ws->ctx, xt, ws->t1, c, t, false);
     const char *proj[3] = {"to_q", "to_k", "to_v"};
     float *dst[3] = {q, k, v};
     for (int p = 0; p < 3; p++) {
         name_join(name, prefix, proj[p]);
-        tensor_linear_forward(dst[p], xt, param(ws->vae, name, "weight"),
-                              param(ws->vae, name, "bias"), t, c, c, 0);
+        ws->be->linear_forward(ws->ctx, dst[p], xt, param(ws, name, "weight"),
+                               param(ws, name, "bias"), t, c, c, 0);
     }
     float *o = xt; /* xt is spent */
-    float scale = 1.0f / sqrtf((float)c);
-    for (int r0 = 0; r0 < t; r0 += tile) {
-        int rows = TDL_MIN(tile, t - r0);
-        tensor_gemm(false, true, rows, t, c, scale, q + (size_t)r0 * c, c, k, c, 0.0f, s, t);
-        for (int i = 0; i < rows; i++) {
-            float *row = s + (size_t)i * t, mx = row[0], sum = 0.0f;
-            for (int j = 1; j < t; j++)
-                mx = fmaxf(mx, row[j]);
-            for (int j = 0; j < t; j++)
-                sum += row[j] = expf(row[j] - mx);
-            for (int j = 0; j < t; j++)
-                row[j] /= sum;
-        }
-        tensor_gemm(false, false, rows, c, t, 1.0f, s, t, v, c, 0.0f, o + (size_t)r0 * c, c);
-    }
+    ws->be->vae_attention_forward(ws->ctx, o, q, k, v, s, t, c);
     name_join(name, prefix, "to_out.0");
-    tensor_linear_forward(q, o, param(ws->vae, name, "weight"), param(ws->vae, name, "bias"), t, c,
-                          c, 0);
-    for (int ch = 0; ch < c; ch++)
-        for (int i = 0; i < t; i++)
-            ws->x[(size_t)ch * t + i] += q[(size_t)i * c + ch];
+    ws->be->linear_forward(ws->ctx, q, o, param(ws, name, "weight"), param(ws, name, "bias"), t,
+                           c, c, 0);
+    ws->be->vae_transpose(ws->ctx, ws->x, q, t, c, true);
 }
 
 /* UNetMidBlock2D on x[top, h, w]: resnet, attention, resnet. */
@@ -612,22 +444,11 @@ static size_t vae_attn_floats(const dit_vae_config_t *c, int h, int w)
 {
     size_t t = (size_t)h * w;
     return 4 * t * (size_t)c->block_out_channels[c->num_blocks - 1] +
-           TDL_MIN(t, (size_t)VAE_ATTN_TILE) * t;
+           TDL_MIN(t, (size_t)DIT_VAE_ATTN_TILE) * t;
 }
 
-/* out[C, 2H, 2W] = in[C, H, W], each value repeated 2x2 (nearest) */
-static void upsample2x(float *out, const float *in, int c, int h, int w)
-{
-    for (int ch = 0; ch < c; ch++)
-        for (int y = 0; y < 2 * h; y++) {
-            const float *src = in + ((size_t)ch * h + y / 2) * w;
-            float *dst = out + ((size_t)ch * 2 * h + y) * 2 * w;
-            for (int x = 0; x < 2 * w; x++)
-                dst[x] = src[x / 2];
-        }
-}
-
-/* The largest activation of one image, in floats: what each of x, t1, t2 must hold. */
+/* The largest activation of one image, in floats: what each of x, t1, t2 must hold (t2 also the
+ * output image on a device). */
 static size_t vae_max_activation(const dit_vae_config_t *c, int h, int w)
 {
     int top = c->block_out_channels[c->num_blocks - 1];
@@ -641,7 +462,8 @@ static size_t vae_max_activation(const dit_vae_config_t *c, int h, int w)
         if (i != c->num_blocks - 1)
             best = TDL_MAX(best, (size_t)out_ch * 4 * hw);
     }
-    return best;
+    size_t s = (size_t)dit_vae_upscale(c);
+    return TDL_MAX(best, (size_t)c->out_channels * h * s * w * s);
 }
 
 static size_t vae_cols_floats(const dit_vae_config_t *c, int w)
@@ -661,14 +483,12 @@ size_t dit_vae_decode_bytes(const dit_vae_config_t *config, int h, int w)
            sizeof(float);
 }
 
-/* One image: latents[latent_channels, h, w] -> rgb[out_channels, s*h, s*w]. */
-static void decode_one(vae_ws_t *ws, const float *latents, int h, int w, float *rgb)
+/* One image: t1 holds latents[latent_channels, h, w] / scaling_factor -> rgb[out_channels, s*h,
+ * s*w], in the backend's memory (t2 may be rgb). */
+static void decode_one(vae_ws_t *ws, int h, int w, float *rgb)
 {
     const dit_vae_config_t *c = &ws->vae->config;
     int top = c->block_out_channels[c->num_blocks - 1];
-    size_t hw = (size_t)h * w;
-    for (size_t i = 0; i < (size_t)c->latent_channels * hw; i++)
-        ws->t1[i] = latents[i] / c->scaling_factor;
     conv(ws, "post_quant_conv", ws->x, ws->t1, c->latent_channels, c->latent_channels, h, w, 1,
          false);
     conv(ws, "decoder.conv_in", ws->t1, ws->x, c->latent_channels, top, h, w, 3, false);
@@ -686,7 +506,7 @@ static void decode_one(vae_ws_t *ws, const float *latents, int h, int w, float *
             resnet_forward(ws, name, j == 0 ? in_ch : out_ch, out_ch, h, w);
         }
         if (i != c->num_blocks - 1) {
-            upsample2x(ws->t1, ws->x, out_ch, h, w);
+            ws->be->vae_upsample2x_forward(ws->ctx, ws->t1, ws->x, out_ch, h, w);
             h *= 2;
             w *= 2;
             snprintf(name, sizeof(name), "decoder.up_blocks.%d.upsamplers.0.conv", i);
@@ -697,30 +517,37 @@ static void decode_one(vae_ws_t *ws, const float *latents, int h, int w, float *
     conv(ws, "decoder.conv_out", rgb, ws->t1, out_ch, c->out_channels, h, w, 3, false);
 }
 
-/* The call's buffers: x, t1, t2 of act floats each, the columns, the attention's rows. */
+/* The call's buffers in the backend's memory: x, t1, t2 of act floats each, the columns (also
+ * GroupNorm's scratch), the attention's rows. */
 static tdl_status_t ws_alloc(vae_ws_t *ws, const dit_vae_t *vae, size_t act, size_t cols_floats,
                              size_t attn_floats, const char *what)
 {
-    *ws = (vae_ws_t){.vae = vae, .groups = vae->config.norm_num_groups};
+    const dit_backend_t *be = vae->backend ? vae->backend : dit_backend_cpu();
+    int groups = vae->config.norm_num_groups;
+    *ws = (vae_ws_t){.vae = vae, .be = be, .ctx = be->ctx, .groups = groups};
+    ws->params = vae->backend_params ? vae->backend_params : vae->params;
+    /* any layer's groups hold at most act / groups values each */
+    cols_floats = TDL_MAX(cols_floats, be->vae_groupnorm_scratch(groups, (int)TDL_MIN(
+                                                                     act / groups + 1, INT32_MAX),
+                                                                 groups));
     ws->cols_floats = cols_floats;
-    ws->x = tensor_alloc(act);
-    ws->t1 = tensor_alloc(act);
-    ws->t2 = tensor_alloc(act);
-    ws->cols = tensor_alloc(cols_floats);
-    ws->attn = tensor_alloc(attn_floats);
+    ws->x = be->alloc(be->ctx, act);
+    ws->t1 = be->alloc(be->ctx, act);
+    ws->t2 = be->alloc(be->ctx, act);
+    ws->cols = be->alloc(be->ctx, cols_floats);
+    ws->attn = be->alloc(be->ctx, attn_floats);
     if (ws->x && ws->t1 && ws->t2 && ws->cols && ws->attn)
         return TDL_OK;
-    return tdl_error_raise(TDL_ERR_NOMEM, "VAE %s: out of memory for %zu bytes", what,
+    return tdl_error_raise(TDL_ERR_NOMEM, "VAE %s: out of %s memory for %zu bytes", what, be->name,
                            (3 * act + cols_floats + attn_floats) * sizeof(float));
 }
 
 static void ws_free(vae_ws_t *ws)
 {
-    free(ws->attn);
-    free(ws->cols);
-    free(ws->t2);
-    free(ws->t1);
-    free(ws->x);
+    float *bufs[] = {ws->attn, ws->cols, ws->t2, ws->t1, ws->x};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+        if (bufs[i])
+            ws->be->release(ws->ctx, bufs[i]);
 }
 
 tdl_status_t dit_vae_decode(const dit_vae_t *vae, const float *latents, int n, int h, int w,
@@ -735,17 +562,39 @@ tdl_status_t dit_vae_decode(const dit_vae_t *vae, const float *latents, int n, i
         return tdl_error_raise(TDL_ERR_INVALID_ARG,
                                "VAE decode: %d latents of %dx%d (images up to 8192 a side)", n, h,
                                w);
+    size_t in_per = (size_t)c->latent_channels * h * w;
+    size_t out_per = (size_t)c->out_channels * h * s * w * s;
+    bool host = !vae->backend || vae->backend->host_memory;
+    /* A device's images and scaled latents wait in host memory until the whole batch ran. */
+    float *stage = NULL, *scaled = NULL;
     vae_ws_t ws;
     tdl_status_t st = ws_alloc(&ws, vae, vae_max_activation(c, h, w), vae_cols_floats(c, w),
                                vae_attn_floats(c, h, w), "decode");
+    if (st == TDL_OK && !host &&
+        (!(stage = malloc((size_t)n * out_per * sizeof(float) + 1)) ||
+         !(scaled = malloc(in_per * sizeof(float)))))
+        st = tdl_error_raise(TDL_ERR_NOMEM, "VAE decode: out of memory for %d images", n);
     if (st != TDL_OK)
         goto out;
-    /* Nothing fails past here: rgb is written only when the whole batch decodes. */
-    size_t in_per = (size_t)c->latent_channels * h * w;
-    size_t out_per = (size_t)c->out_channels * h * s * w * s;
-    for (int i = 0; i < n; i++)
-        decode_one(&ws, latents + i * in_per, h, w, rgb + i * out_per);
+    for (int i = 0; i < n; i++) {
+        const float *lat = latents + i * in_per;
+        float *dst = host ? ws.t1 : scaled;
+        for (size_t j = 0; j < in_per; j++)
+            dst[j] = lat[j] / c->scaling_factor;
+        if (host) {
+            decode_one(&ws, h, w, rgb + i * out_per);
+            continue;
+        }
+        ws.be->upload(ws.ctx, ws.t1, scaled, in_per);
+        decode_one(&ws, h, w, ws.t2);
+        ws.be->download(ws.ctx, stage + i * out_per, ws.t2, out_per);
+    }
+    /* rgb is written only when the whole batch decoded */
+    if ((st = ws.be->finish(ws.ctx)) == TDL_OK && !host && n > 0)
+        memcpy(rgb, stage, (size_t)n * out_per * sizeof(float));
 out:
+    free(scaled);
+    free(stage);
     ws_free(&ws);
     return st;
 }
@@ -785,7 +634,8 @@ size_t dit_vae_encode_bytes(const dit_vae_config_t *config, int h, int w)
            sizeof(float);
 }
 
-/* One image: rgb[in_channels, h, w] -> moments[2 * latent_channels, h/s, w/s] (t1 may be it). */
+/* One image: rgb[in_channels, h, w] -> moments[2 * latent_channels, h/s, w/s], in the backend's
+ * memory (rgb may be t2, moments t1). */
 static void encode_one(vae_ws_t *ws, const float *rgb, int h, int w, float *moments)
 {
     const dit_vae_config_t *c = &ws->vae->config;
@@ -803,9 +653,9 @@ static void encode_one(vae_ws_t *ws, const float *rgb, int h, int w, float *mome
         }
         if (i != c->num_blocks - 1) {
             snprintf(name, sizeof(name), "encoder.down_blocks.%d.downsamplers.0.conv", i);
-            dit_vae_conv2d_down_forward(ws->t1, ws->x, param(ws->vae, name, "weight"),
-                                        param(ws->vae, name, "bias"), out_ch, out_ch, h, w,
-                                        ws->cols, ws->cols_floats);
+            ws->be->vae_conv2d_forward(ws->ctx, ws->t1, ws->x, param(ws, name, "weight"),
+                                       param(ws, name, "bias"), out_ch, out_ch, h, w, 3, 2, false,
+                                       ws->cols, ws->cols_floats);
             swap(&ws->x, &ws->t1);
             h /= 2;
             w /= 2;
@@ -815,6 +665,24 @@ static void encode_one(vae_ws_t *ws, const float *rgb, int h, int w, float *mome
     norm(ws, "encoder.conv_norm_out", ws->t1, ws->x, top, h * w, true);
     conv(ws, "encoder.conv_out", ws->t2, ws->t1, top, z, h, w, 3, false);
     conv(ws, "quant_conv", moments, ws->t2, z, z, h, w, 1, false);
+}
+
+/* dst[lat] = scaling_factor * (the mean, or a sample of image `index` of the call) of m[2 * lat],
+ * the mean then logvar. */
+static void moments_to_latents(const dit_vae_config_t *c, const float *m, size_t lat,
+                               const dit_vae_sample_t *sample, int index, float *dst)
+{
+    tdl_rng_t rng;
+    if (sample)
+        tdl_rng_init(&rng, sample->seed, sample->first + (uint64_t)index);
+    for (size_t j = 0; j < lat; j++) {
+        float z = m[j];
+        if (sample) {
+            float logvar = fminf(fmaxf(m[lat + j], -30.0f), 20.0f);
+            z += expf(0.5f * logvar) * tdl_rng_normal(&rng);
+        }
+        dst[j] = c->scaling_factor * z;
+    }
 }
 
 /* The encoder over the batch: each image's moments into out (moments_only), or its latents, the
@@ -832,35 +700,40 @@ static tdl_status_t encode_batch(const dit_vae_t *vae, const float *rgb, int n, 
                                "VAE encode: %d images of %dx%d: each side must be a multiple of "
                                "%d, up to 8192",
                                n, h, w, s);
+    size_t lat = (size_t)c->latent_channels * (h / s) * (w / s);
+    size_t in_per = (size_t)c->in_channels * h * w;
+    bool host = !vae->backend || vae->backend->host_memory;
+    float *stage = NULL; /* a device's moments of every image, until the whole batch ran */
     vae_ws_t ws;
     tdl_status_t st = ws_alloc(&ws, vae, enc_max_activation(c, h, w), enc_cols_floats(c, w),
                                vae_attn_floats(c, h / s, w / s), "encode");
+    if (st == TDL_OK && !host && !(stage = malloc((size_t)n * 2 * lat * sizeof(float) + 1)))
+        st = tdl_error_raise(TDL_ERR_NOMEM, "VAE encode: out of memory for %d images", n);
     if (st != TDL_OK)
         goto out;
-    /* Nothing fails past here: out is written only when the whole batch encodes. */
-    size_t lat = (size_t)c->latent_channels * (h / s) * (w / s);
-    size_t in_per = (size_t)c->in_channels * h * w;
     for (int i = 0; i < n; i++) {
-        if (moments_only) {
+        float *m = ws.t1; /* free once conv_out has read it (encode_one swaps ws.t1) */
+        if (!host) {
+            ws.be->upload(ws.ctx, ws.t2, rgb + i * in_per, in_per);
+            encode_one(&ws, ws.t2, h, w, m);
+            ws.be->download(ws.ctx, stage + i * 2 * lat, m, 2 * lat);
+        } else if (moments_only) {
             encode_one(&ws, rgb + i * in_per, h, w, out + i * 2 * lat);
-            continue;
-        }
-        float *m = ws.t1; /* free once conv_out has read it */
-        encode_one(&ws, rgb + i * in_per, h, w, m);
-        float *dst = out + i * lat;
-        tdl_rng_t rng;
-        if (sample)
-            tdl_rng_init(&rng, sample->seed, sample->first + (uint64_t)i);
-        for (size_t j = 0; j < lat; j++) {
-            float z = m[j];
-            if (sample) {
-                float logvar = fminf(fmaxf(m[lat + j], -30.0f), 20.0f);
-                z += expf(0.5f * logvar) * tdl_rng_normal(&rng);
-            }
-            dst[j] = c->scaling_factor * z;
+        } else {
+            encode_one(&ws, rgb + i * in_per, h, w, m);
+            moments_to_latents(c, m, lat, sample, i, out + i * lat);
         }
     }
+    /* out is written only when the whole batch encoded */
+    if ((st = ws.be->finish(ws.ctx)) != TDL_OK || host)
+        goto out;
+    for (int i = 0; i < n; i++)
+        if (moments_only)
+            memcpy(out + i * 2 * lat, stage + i * 2 * lat, 2 * lat * sizeof(float));
+        else
+            moments_to_latents(c, stage + i * 2 * lat, lat, sample, i, out + i * lat);
 out:
+    free(stage);
     ws_free(&ws);
     return st;
 }

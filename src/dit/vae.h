@@ -44,6 +44,8 @@ typedef struct dit_vae {
     float *params;           /* every tensor, in the order of infos */
     dit_param_info_t *infos; /* name, shape and offset of each tensor */
     int ninfos;
+    struct dit_backend *backend; /* where decode and encode run (dit_vae_set_backend); NULL: CPU */
+    float *backend_params;       /* params in the backend's memory; NULL on host memory */
 } dit_vae_t;
 
 /* The decoder alone (post_quant_conv and decoder.*), as serving needs it. */
@@ -57,6 +59,14 @@ void dit_vae_free(dit_vae_t *vae);
 void dit_vae_init_weights(dit_vae_t *vae, uint64_t seed);
 /* The tensor of that diffusers name ("decoder.conv_in.weight"), or NULL. */
 const dit_param_info_t *dit_vae_param(const dit_vae_t *vae, const char *name);
+
+/* Decode and encode run on backend (dit_backend_open; NULL: the CPU, the default) from now on,
+ * with the parameters as they are now copied once to its memory (none copied where the backend
+ * works on host memory). The VAE owns backend from then on, also when this fails, and closes it
+ * in dit_vae_free; a backend set before is closed. */
+tdl_status_t dit_vae_set_backend(dit_vae_t *vae, struct dit_backend *backend);
+/* After params changed: copies them to the backend's memory again (nothing to do on the CPU). */
+tdl_status_t dit_vae_params_changed(dit_vae_t *vae);
 
 /* rgb[n, out_channels, s*h, s*w] = decoder(post_quant_conv(latents / scaling_factor)), with
  * latents[n, latent_channels, h, w] as the DiT samples them (already scaled) and s =
@@ -92,7 +102,7 @@ tdl_status_t dit_vae_encode(const dit_vae_t *vae, const float *rgb, int n, int h
 /* Bytes dit_vae_encode allocates for images of h x w. */
 size_t dit_vae_encode_bytes(const dit_vae_config_t *config, int h, int w);
 
-/* ---- layers (vae.c), exposed for the tests; x is one image [C, H, W] ------------------------ */
+/* ---- layers (vae_layers.c: the CPU backend's), exposed for the tests; x is one image [C, H, W] */
 
 /* out[C, HW] = GroupNorm(in) * weight[c] + bias[c] over `groups` groups of C / groups channels,
  * eps 1e-6, then SiLU when silu; out may be in. Statistics accumulate in double, by chunks. */
@@ -112,5 +122,16 @@ void dit_vae_conv2d_forward(float *out, const float *in, const float *weight, co
 void dit_vae_conv2d_down_forward(float *out, const float *in, const float *weight,
                                  const float *bias, int cin, int cout, int h, int w, float *cols,
                                  size_t cols_floats);
+
+/* y[i] += x[i] */
+void dit_vae_add_forward(float *y, const float *x, size_t n);
+/* out[cols, rows] = in[rows, cols]^T, or += when accumulate */
+void dit_vae_transpose(float *out, const float *in, int rows, int cols, bool accumulate);
+/* o[T, C] = softmax(q k^T / sqrt(C)) v over rows [T, C], one head: the scores of up to
+ * DIT_VAE_ATTN_TILE (dit/backend.h) query rows at a time in s. */
+void dit_vae_attention_forward(float *o, const float *q, const float *k, const float *v, float *s,
+                               int t, int c);
+/* out[C, 2H, 2W] = in[C, H, W], each value repeated 2x2 (nearest) */
+void dit_vae_upsample2x_forward(float *out, const float *in, int c, int h, int w);
 
 #endif /* TIDAL_DIT_VAE_H */

@@ -5,7 +5,8 @@
 # writes (the pixels of its one-cell grid), and both are 256x256 RGB. The VAE is the SD
 # configuration with random weights (random:SEED: no trained weights can be downloaded here), the
 # DiT a DiT-S/2 trained one step on latents `tidal encode` made; a resolution the VAE cannot make
-# is a 400 that names the ones it can, and a VAE of other latents is refused at start-up.
+# is a 400 that names the ones it can, and a VAE of other latents is refused at start-up. With
+# --device cuda-emulated the VAE decodes on the DiT's device (cuda/dit.cu): the CPU's image.
 . "${TIDAL_BUILDDIR:-.}/tests/env.sh"
 serve_test_setup
 "$TIDAL" encode --data fmnist --limit 4 --resolution 16 --vae random:3 -o "$dir/lat.h5" \
@@ -19,6 +20,12 @@ body='{"label": 7, "n": 1, "steps": 2, "cfg": 2.0, "seed": 11, "resolution": 256
     --cfg 2.0 --seed 11 --class 7 --sampler ddim -o "$dir/gen.png" >"$dir/gen.log" 2>&1
 check "tidal generate --vae: a 260x260 RGB grid of one 256x256 image" \
     [ "`python3 "$abs_top_srcdir/tests/pngread.py" size "$dir/gen.png"`" = 260x260x3 ]
+g64="--ckpt $dir/s2/model.h5 --vae random:1 --resolution 64 --n 1 --steps 2 --cfg 2.0 --seed 11"
+"$TIDAL" generate $g64 --device cpu -o "$dir/cpu64.png" >"$dir/cpu64.log" 2>&1
+"$TIDAL" generate $g64 --device cuda-emulated -o "$dir/emu64.png" >"$dir/emu64.log" 2>&1; rc=$?
+worst=`python3 "$abs_top_srcdir/tests/pngread.py" maxdiff "$dir/cpu64.png" "$dir/emu64.png"`
+check "generate --vae --device cuda-emulated: the CPU's image within 2 grey levels (worst $worst)" \
+    [ $rc = 0 -a "${worst:-999}" -le 2 ]
 
 same_cell() { # SERVED: its pixels are generate's one cell (2 px of padding around it)
     python3 - "$abs_top_srcdir/tests" "$dir/gen.png" "$1" <<'EOF'
