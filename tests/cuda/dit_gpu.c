@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include "cuda/cuda.h"
+#include "gpu_require.h"
 #include "dit_compare.h"
 
 static tdl_status_t open_device_backend(dit_backend_t **be_out)
@@ -12,13 +13,7 @@ static tdl_status_t open_device_backend(dit_backend_t **be_out)
 
 int main(void)
 {
-    int count = 0;
-    char names[256];
-    if (tdl_cuda_devices_describe(&count, names, sizeof(names)) != TDL_OK || count == 0) {
-        printf("1..0 # SKIP no GPU visible\n");
-        return 77;
-    }
-    diag("GPUs: %s", names);
+    gpu_require();
     tdl_rng_init(&rng, 11, 0);
     compare("tiny", 3, 16, 8, 16, 1e-4);
     compare("fmnist", 8, 32, 32, 32, 1e-4);

@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include "cuda/cuda.h"
+#include "gpu_require.h"
 #include "mxfp_compare.h"
 
 /* Partial last blocks, up to a million values (32769 blocks: 129 blocks of threads). */
@@ -10,13 +11,7 @@ static const size_t gpu_sizes[] = {1, 5, 33, 1000, 40009, ((size_t)1 << 20) + 17
 
 int main(void)
 {
-    int count = 0;
-    char names[256];
-    if (tdl_cuda_devices_describe(&count, names, sizeof(names)) != TDL_OK || count == 0) {
-        printf("1..0 # SKIP no GPU visible\n");
-        return 77;
-    }
-    diag("GPUs: %s", names);
+    gpu_require();
     if (tdl_gpu_open(0, &gpu) != TDL_OK) {
         printf("Bail out! GPU 0: %s\n", tdl_error_get());
         return 1;

@@ -226,3 +226,19 @@ out:
     dit_vae_free(cpu);
     dit_vae_free(dev); /* closes be */
 }
+
+
+/* The whole check on open_device_backend()'s backend, named `device`: each layer within 1e-5,
+ * then the reduced-width VAE within 1e-4. */
+static int compare_all(const char *device)
+{
+    tdl_rng_init(&rng, 13, 0);
+    dit_backend_t *be;
+    tdl_status_t st = open_device_backend(&be);
+    if (ok(st == TDL_OK, "%s opens%s%s", device, st ? ": " : "", st ? tdl_error_get() : "")) {
+        compare_ops(be, 1e-5);
+        dit_backend_close(be);
+    }
+    compare_vae(1e-4);
+    return done_testing();
+}

@@ -4,6 +4,7 @@
 #include "config.h"
 
 #include "cuda/cuda.h"
+#include "gpu_require.h"
 #include "vae_compare.h"
 
 static tdl_status_t open_device_backend(dit_backend_t **be_out)
@@ -13,20 +14,6 @@ static tdl_status_t open_device_backend(dit_backend_t **be_out)
 
 int main(void)
 {
-    int count = 0;
-    char names[256];
-    if (tdl_cuda_devices_describe(&count, names, sizeof(names)) != TDL_OK || count == 0) {
-        printf("1..0 # SKIP no GPU visible\n");
-        return 77;
-    }
-    diag("GPUs: %s", names);
-    tdl_rng_init(&rng, 13, 0);
-    dit_backend_t *be;
-    tdl_status_t st = open_device_backend(&be);
-    if (ok(st == TDL_OK, "cuda opens%s%s", st ? ": " : "", st ? tdl_error_get() : "")) {
-        compare_ops(be, 1e-5);
-        dit_backend_close(be);
-    }
-    compare_vae(1e-4);
-    return done_testing();
+    gpu_require();
+    return compare_all("cuda");
 }

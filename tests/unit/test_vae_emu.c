@@ -12,13 +12,5 @@ static tdl_status_t open_device_backend(dit_backend_t **be_out)
 
 int main(void)
 {
-    tdl_rng_init(&rng, 13, 0);
-    dit_backend_t *be;
-    tdl_status_t st = open_device_backend(&be);
-    if (ok(st == TDL_OK, "cuda-emulated opens%s%s", st ? ": " : "", st ? tdl_error_get() : "")) {
-        compare_ops(be, 1e-5);
-        dit_backend_close(be);
-    }
-    compare_vae(1e-4);
-    return done_testing();
+    return compare_all("cuda-emulated");
 }
