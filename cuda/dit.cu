@@ -614,10 +614,10 @@ static void cu_vae_conv2d_forward(void *ctx, float *out, const float *in, const 
     }
 }
 
-static size_t cu_vae_groupnorm_scratch(int c, int hw, int groups)
+static size_t cu_vae_groupnorm_scratch(size_t group_values, int groups)
 {
-    size_t n = (size_t)(c / groups) * hw;
-    return (size_t)groups * ((n + VAE_GN_CHUNK - 1) / VAE_GN_CHUNK) + 2 * (size_t)groups;
+    return (size_t)groups * ((group_values + VAE_GN_CHUNK - 1) / VAE_GN_CHUNK) +
+           2 * (size_t)groups;
 }
 
 // Partial sums of chunks of 256, then each group's in double: the mean, then the variance about it

@@ -73,11 +73,13 @@ typedef struct dit_backend {
 
     /* ---- the VAE's layers (dit/vae.h), on one image x[C, H, W] at a time ---- */
     /* out[C, HW] = GroupNorm(in) * weight[c] + bias[c] over `groups` groups, eps 1e-6, then SiLU
-     * when silu; out may be in. scratch: vae_groupnorm_scratch(c, hw, groups) floats. */
+     * when silu; out may be in. scratch: vae_groupnorm_scratch((c / groups) * hw, groups)
+     * floats. */
     void (*vae_groupnorm_forward)(void *ctx, float *out, const float *in, const float *weight,
                                   const float *bias, int c, int hw, int groups, bool silu,
                                   float *scratch);
-    size_t (*vae_groupnorm_scratch)(int c, int hw, int groups);
+    /* scratch for `groups` groups of up to group_values values each */
+    size_t (*vae_groupnorm_scratch)(size_t group_values, int groups);
     /* out[Cout, Ho, Wo] (+)= conv(in[Cin, H, W]) + bias (NULL: none), weight[Cout, Cin, k, k]:
      * k 1, or k 3 with stride 1 (padding 1, Ho = H) or stride 2 (Downsample2D's bottom and right
      * padding, Ho = H / 2); accumulate adds to out. cols: a column buffer of cols_floats, at

@@ -200,9 +200,9 @@ static void cpu_vae_groupnorm_forward(void *ctx, float *out, const float *in, co
     dit_vae_groupnorm_forward(out, in, weight, bias, c, hw, groups, silu);
 }
 
-static size_t cpu_vae_groupnorm_scratch(int c, int hw, int groups)
+static size_t cpu_vae_groupnorm_scratch(size_t group_values, int groups)
 {
-    (void)c, (void)hw, (void)groups;
+    (void)group_values, (void)groups;
     return 0;
 }
 

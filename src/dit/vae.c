@@ -527,9 +527,7 @@ static tdl_status_t ws_alloc(vae_ws_t *ws, const dit_vae_t *vae, size_t act, siz
     *ws = (vae_ws_t){.vae = vae, .be = be, .ctx = be->ctx, .groups = groups};
     ws->params = vae->backend_params ? vae->backend_params : vae->params;
     /* any layer's groups hold at most act / groups values each */
-    cols_floats = TDL_MAX(cols_floats, be->vae_groupnorm_scratch(groups, (int)TDL_MIN(
-                                                                     act / groups + 1, INT32_MAX),
-                                                                 groups));
+    cols_floats = TDL_MAX(cols_floats, be->vae_groupnorm_scratch(act / groups + 1, groups));
     ws->cols_floats = cols_floats;
     ws->x = be->alloc(be->ctx, act);
     ws->t1 = be->alloc(be->ctx, act);

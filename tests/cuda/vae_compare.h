@@ -63,7 +63,8 @@ static void compare_ops(dit_backend_t *be, double tol)
         float *want = tensor_alloc(n);
         cpu->vae_groupnorm_forward(NULL, want, x, wt, b, c, hw, groups, silu, NULL);
         float *dx = to_dev(be, x, n), *dw = to_dev(be, wt, c), *db = to_dev(be, b, c);
-        float *scratch = be->alloc(be->ctx, be->vae_groupnorm_scratch(c, hw, groups) + 1);
+        size_t sf = be->vae_groupnorm_scratch((size_t)(c / groups) * hw, groups);
+        float *scratch = be->alloc(be->ctx, sf + 1);
         be->vae_groupnorm_forward(be->ctx, dx, dx, dw, db, c, hw, groups, silu, scratch);
         snprintf(what, sizeof(what), "GroupNorm%s, in place", silu ? " + SiLU" : "");
         check_dev(be, dx, want, n, tol, what);
