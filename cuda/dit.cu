@@ -614,6 +614,11 @@ static void cu_vae_conv2d_forward(void *ctx, float *out, const float *in, const 
     }
 }
 
+static size_t cu_vae_conv2d_scratch(int channels, int w)
+{
+    return (size_t)channels * 9 * w; // im2col, a row a band at least
+}
+
 static size_t cu_vae_groupnorm_scratch(size_t group_values, int groups)
 {
     return (size_t)groups * ((group_values + VAE_GN_CHUNK - 1) / VAE_GN_CHUNK) +
@@ -757,6 +762,7 @@ extern "C" tdl_status_t DIT_BACKEND_CUDA_OPEN(int gpu, int local_rank, dit_backe
     be->embed_labels_backward = cu_embed_labels_backward;
     be->vae_groupnorm_forward = cu_vae_groupnorm_forward;
     be->vae_groupnorm_scratch = cu_vae_groupnorm_scratch;
+    be->vae_conv2d_scratch = cu_vae_conv2d_scratch;
     be->vae_conv2d_forward = cu_vae_conv2d_forward;
     be->vae_upsample2x_forward = cu_vae_upsample2x_forward;
     be->vae_add = cu_vae_add;

@@ -87,6 +87,10 @@ typedef struct dit_backend {
     void (*vae_conv2d_forward)(void *ctx, float *out, const float *in, const float *weight,
                                const float *bias, int cin, int cout, int h, int w, int k,
                                int stride, bool accumulate, float *cols, size_t cols_floats);
+    /* cols_floats with which vae_conv2d_forward runs every convolution of up to `channels`
+     * channels in and out and up to w output columns its fastest way (the CPU's Winograd, a
+     * whole band of tiles); any at least Cin * 9 * Wo works */
+    size_t (*vae_conv2d_scratch)(int channels, int w);
     /* out[C, 2H, 2W] = in[C, H, W], each value repeated 2x2 (nearest) */
     void (*vae_upsample2x_forward)(void *ctx, float *out, const float *in, int c, int h, int w);
     /* y[i] += x[i] */

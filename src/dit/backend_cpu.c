@@ -218,6 +218,11 @@ static void cpu_vae_conv2d_forward(void *ctx, float *out, const float *in, const
                                cols_floats);
 }
 
+static size_t cpu_vae_conv2d_scratch(int channels, int w)
+{
+    return TDL_MAX((size_t)channels * 9 * w, dit_vae_winograd_scratch(channels, channels, w));
+}
+
 static void cpu_vae_upsample2x_forward(void *ctx, float *out, const float *in, int c, int h,
                                        int w)
 {
@@ -279,6 +284,7 @@ static const dit_backend_t cpu_backend = {
     .vae_groupnorm_forward = cpu_vae_groupnorm_forward,
     .vae_groupnorm_scratch = cpu_vae_groupnorm_scratch,
     .vae_conv2d_forward = cpu_vae_conv2d_forward,
+    .vae_conv2d_scratch = cpu_vae_conv2d_scratch,
     .vae_upsample2x_forward = cpu_vae_upsample2x_forward,
     .vae_add = cpu_vae_add,
     .vae_transpose = cpu_vae_transpose,

@@ -7,6 +7,7 @@
 #include "config.h"
 
 #include <math.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -466,19 +467,25 @@ static size_t vae_max_activation(const dit_vae_config_t *c, int h, int w)
     return TDL_MAX(best, (size_t)c->out_channels * h * s * w * s);
 }
 
-static size_t vae_cols_floats(const dit_vae_config_t *c, int w)
+/* What the backend asks for the widest convolution at the full width (every other one needs
+ * less), and no less than VAE_COLS_FLOATS. */
+static size_t vae_cols_floats(const dit_backend_t *be, const dit_vae_config_t *c, int w)
 {
     int widest = c->latent_channels;
     for (int i = 0; i < c->num_blocks; i++)
         widest = TDL_MAX(widest, c->block_out_channels[i]);
-    /* at least one output row of the widest convolution at the full width */
-    size_t row = (size_t)widest * 9 * ((size_t)w << (c->num_blocks - 1));
-    return TDL_MAX(VAE_COLS_FLOATS, row);
+    int full = (int)TDL_MIN((size_t)w << (c->num_blocks - 1), (size_t)INT_MAX);
+    return TDL_MAX(VAE_COLS_FLOATS, be->vae_conv2d_scratch(widest, full));
+}
+
+static const dit_backend_t *vae_backend(const dit_vae_t *vae)
+{
+    return vae->backend ? vae->backend : dit_backend_cpu();
 }
 
 size_t dit_vae_decode_bytes(const dit_vae_config_t *config, int h, int w)
 {
-    return (3 * vae_max_activation(config, h, w) + vae_cols_floats(config, w) +
+    return (3 * vae_max_activation(config, h, w) + vae_cols_floats(dit_backend_cpu(), config, w) +
             vae_attn_floats(config, h, w)) *
            sizeof(float);
 }
@@ -522,7 +529,7 @@ static void decode_one(vae_ws_t *ws, int h, int w, float *rgb)
 static tdl_status_t ws_alloc(vae_ws_t *ws, const dit_vae_t *vae, size_t act, size_t cols_floats,
                              size_t attn_floats, const char *what)
 {
-    const dit_backend_t *be = vae->backend ? vae->backend : dit_backend_cpu();
+    const dit_backend_t *be = vae_backend(vae);
     int groups = vae->config.norm_num_groups;
     *ws = (vae_ws_t){.vae = vae, .be = be, .ctx = be->ctx, .groups = groups};
     ws->params = vae->backend_params ? vae->backend_params : vae->params;
@@ -566,7 +573,8 @@ tdl_status_t dit_vae_decode(const dit_vae_t *vae, const float *latents, int n, i
     /* A device's images and scaled latents wait in host memory until the whole batch ran. */
     float *stage = NULL, *scaled = NULL;
     vae_ws_t ws;
-    tdl_status_t st = ws_alloc(&ws, vae, vae_max_activation(c, h, w), vae_cols_floats(c, w),
+    tdl_status_t st = ws_alloc(&ws, vae, vae_max_activation(c, h, w),
+                               vae_cols_floats(vae_backend(vae), c, w),
                                vae_attn_floats(c, h, w), "decode");
     if (st == TDL_OK && !host &&
         (!(stage = malloc((size_t)n * out_per * sizeof(float) + 1)) ||
@@ -616,18 +624,18 @@ static size_t enc_max_activation(const dit_vae_config_t *c, int h, int w)
     return TDL_MAX(best, (size_t)TDL_MAX(top, 2 * c->latent_channels) * (h / s) * (w / s));
 }
 
-static size_t enc_cols_floats(const dit_vae_config_t *c, int w)
+static size_t enc_cols_floats(const dit_backend_t *be, const dit_vae_config_t *c, int w)
 {
     int widest = TDL_MAX(c->in_channels, 2 * c->latent_channels);
     for (int i = 0; i < c->num_blocks; i++)
         widest = TDL_MAX(widest, c->block_out_channels[i]);
-    return TDL_MAX(VAE_COLS_FLOATS, (size_t)widest * 9 * w);
+    return TDL_MAX(VAE_COLS_FLOATS, be->vae_conv2d_scratch(widest, w));
 }
 
 size_t dit_vae_encode_bytes(const dit_vae_config_t *config, int h, int w)
 {
     int s = dit_vae_upscale(config);
-    return (3 * enc_max_activation(config, h, w) + enc_cols_floats(config, w) +
+    return (3 * enc_max_activation(config, h, w) + enc_cols_floats(dit_backend_cpu(), config, w) +
             vae_attn_floats(config, h / s, w / s)) *
            sizeof(float);
 }
@@ -703,7 +711,8 @@ static tdl_status_t encode_batch(const dit_vae_t *vae, const float *rgb, int n, 
     bool host = !vae->backend || vae->backend->host_memory;
     float *stage = NULL; /* a device's moments of every image, until the whole batch ran */
     vae_ws_t ws;
-    tdl_status_t st = ws_alloc(&ws, vae, enc_max_activation(c, h, w), enc_cols_floats(c, w),
+    tdl_status_t st = ws_alloc(&ws, vae, enc_max_activation(c, h, w),
+                               enc_cols_floats(vae_backend(vae), c, w),
                                vae_attn_floats(c, h / s, w / s), "encode");
     if (st == TDL_OK && !host && !(stage = malloc((size_t)n * 2 * lat * sizeof(float) + 1)))
         st = tdl_error_raise(TDL_ERR_NOMEM, "VAE encode: out of memory for %d images", n);

@@ -76,7 +76,7 @@ tdl_status_t dit_vae_params_changed(dit_vae_t *vae);
  * convolutions' columns, the mid-block attention's rows. rgb is written only on success. */
 tdl_status_t dit_vae_decode(const dit_vae_t *vae, const float *latents, int n, int h, int w,
                             float *rgb);
-/* Bytes dit_vae_decode allocates for latents of h x w. */
+/* Bytes dit_vae_decode allocates for latents of h x w on the CPU backend. */
 size_t dit_vae_decode_bytes(const dit_vae_config_t *config, int h, int w);
 
 /* How dit_vae_encode turns the diagonal Gaussian into latents: its mean (deterministic), or a
@@ -99,7 +99,7 @@ tdl_status_t dit_vae_encode_moments(const dit_vae_t *vae, const float *rgb, int 
  * (vae.encode(x).latent_dist.sample() * 0.18215). Written only on success. */
 tdl_status_t dit_vae_encode(const dit_vae_t *vae, const float *rgb, int n, int h, int w,
                             const dit_vae_sample_t *sample, float *latents);
-/* Bytes dit_vae_encode allocates for images of h x w. */
+/* Bytes dit_vae_encode allocates for images of h x w on the CPU backend. */
 size_t dit_vae_encode_bytes(const dit_vae_config_t *config, int h, int w);
 
 /* ---- layers (vae_layers.c: the CPU backend's), exposed for the tests; x is one image [C, H, W] */
@@ -109,12 +109,25 @@ size_t dit_vae_encode_bytes(const dit_vae_config_t *config, int h, int w);
 void dit_vae_groupnorm_forward(float *out, const float *in, const float *weight, const float *bias,
                                int c, int hw, int groups, bool silu);
 /* out[Cout, H, W] (+)= conv(in[Cin, H, W]) + bias, k 1 (no padding) or 3 (padding 1), stride 1,
- * weight[Cout, Cin, k, k] as PyTorch's Conv2d: im2col of a band of output rows at a time into
- * cols (cols_floats of them, at least Cin * 9 * W for k 3), then one GEMM a band. accumulate:
- * out already holds values to add to. */
+ * weight[Cout, Cin, k, k] as PyTorch's Conv2d. k 3 runs by Winograd's F(2x2, 3x3) where
+ * dit_vae_winograd_fits (both sides at least DIT_VAE_WINOGRAD_MIN_CHANNELS channels and cols
+ * holding its smallest band), otherwise as im2col of a band of output rows at a time into cols
+ * (cols_floats of them, at least Cin * 9 * W), then one GEMM a band. accumulate: out already
+ * holds values to add to. */
 void dit_vae_conv2d_forward(float *out, const float *in, const float *weight, const float *bias,
                             int cin, int cout, int h, int w, int k, bool accumulate, float *cols,
                             size_t cols_floats);
+/* Winograd's F(2x2, 3x3) (vae_winograd.c): out[Cout, H, W] (+)= conv(in) + bias (NULL: none),
+ * 3x3, padding 1, in bands of as many tile rows as cols_floats holds, which must be enough for
+ * dit_vae_winograd_fits. dit_vae_winograd_scratch: the floats with which a
+ * band has its full width in GEMM columns. Below DIT_VAE_WINOGRAD_MIN_CHANNELS on either side the
+ * transforms cost more than the multiplications they save. */
+#define DIT_VAE_WINOGRAD_MIN_CHANNELS 16
+void dit_vae_conv2d_winograd(float *out, const float *in, const float *weight, const float *bias,
+                             int cin, int cout, int h, int w, bool accumulate, float *cols,
+                             size_t cols_floats);
+bool dit_vae_winograd_fits(int cin, int cout, int w, size_t cols_floats);
+size_t dit_vae_winograd_scratch(int cin, int cout, int w);
 /* out[Cout, Ho, Wo] = conv(pad(in[Cin, H, W])) + bias, 3x3, stride 2, as diffusers' Downsample2D
  * with padding 0: one zero row and column added at the bottom and right only (F.pad (0, 1, 0,
  * 1)), so Ho = H / 2 and Wo = W / 2 rounded down (H, W >= 2). cols as above, at least

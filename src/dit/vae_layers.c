@@ -1,6 +1,7 @@
 /* The VAE's layers on the CPU, one image x[C, H, W] at a time: what the CPU backend
- * (backend_cpu.c) runs for dit/vae.c's forwards. Convolutions are im2col of a band of output rows
- * and one OpenBLAS GEMM a band; the element-wise loops are vectorized. */
+ * (backend_cpu.c) runs for dit/vae.c's forwards. Wide 3x3 convolutions run by Winograd
+ * (vae_winograd.c), the others as im2col of a band of output rows and one OpenBLAS GEMM a band;
+ * the element-wise loops are vectorized. */
 #include "config.h"
 
 /* Without trapping math GCC turns SiLU's clamps (dit/activation.h) into min and max and
@@ -167,6 +168,11 @@ void dit_vae_conv2d_forward(float *out, const float *in, const float *weight, co
                             size_t cols_floats)
 {
     size_t hw = (size_t)h * w;
+    if (k == 3 && dit_vae_winograd_fits(cin, cout, w, cols_floats)) {
+        dit_vae_conv2d_winograd(out, in, weight, bias, cin, cout, h, w, accumulate, cols,
+                                cols_floats);
+        return;
+    }
     if (bias)
         bias_fill(out, bias, cout, hw, accumulate);
     float beta = bias || accumulate ? 1.0f : 0.0f;

@@ -390,6 +390,75 @@ static void test_conv(void)
     ok(e3 < 1e-5, "1x1 convolution accumulated onto out: within 1e-5 (%.2g)", e3);
 }
 
+/* Winograd's F(2x2, 3x3) (vae_winograd.c) against a direct loop in double: channels at and past
+ * the threshold, even and odd sides (tiles past the bottom and right edges), one pixel wide and
+ * high, the whole image in one band and one tile row a band, with a bias, without one, and added
+ * to what out holds; and the same result as im2col, which a scratch too small for Winograd's
+ * smallest band selects. */
+static void test_conv_winograd(void)
+{
+    int cin = DIT_VAE_WINOGRAD_MIN_CHANNELS, cout = DIT_VAE_WINOGRAD_MIN_CHANNELS + 3;
+    ok(!dit_vae_winograd_fits(cin - 1, cout, 8, (size_t)1 << 30) &&
+           !dit_vae_winograd_fits(cin, cin - 1, 8, (size_t)1 << 30) &&
+           dit_vae_winograd_fits(cin, cout, 8, dit_vae_winograd_scratch(cin, cout, 8)),
+       "Winograd runs from %d channels on both sides, with its scratch", cin);
+    const int sizes[][2] = {{8, 8}, {7, 9}, {1, 5}, {6, 1}, {2, 2}, {13, 4}};
+    int nsizes = (int)(sizeof(sizes) / sizeof(sizes[0]));
+    tdl_rng_t rng;
+    tdl_rng_init(&rng, 17, 0);
+    size_t nx = (size_t)cin * 13 * 9, ny = (size_t)cout * 13 * 9, nw = (size_t)cout * cin * 9;
+    float *x = malloc(nx * sizeof(float)), *wt = malloc(nw * sizeof(float));
+    float *bs = malloc((size_t)cout * sizeof(float)), *zero = calloc((size_t)cout, sizeof(float));
+    float *y = malloc(ny * sizeof(float)), *y2 = malloc(ny * sizeof(float));
+    double *ref = malloc(ny * sizeof(double));
+    size_t big_floats = dit_vae_winograd_scratch(cin, cout, 9) + (size_t)cin * 9 * 13 * 9;
+    float *big = malloc(big_floats * sizeof(float));
+    for (size_t i = 0; i < nx; i++)
+        x[i] = tdl_rng_normal(&rng);
+    for (size_t i = 0; i < nw; i++)
+        wt[i] = 0.3f * tdl_rng_normal(&rng);
+    for (int i = 0; i < cout; i++)
+        bs[i] = tdl_rng_normal(&rng);
+    double worst[4] = {0};
+    for (int t = 0; t < nsizes; t++) {
+        int h = sizes[t][0], w = sizes[t][1];
+        size_t n = (size_t)cout * h * w;
+        size_t one_row = 0; /* the smallest scratch Winograd takes: one tile row a band */
+        while (!dit_vae_winograd_fits(cin, cout, w, one_row))
+            one_row += 16;
+        conv3_direct(ref, x, wt, bs, cin, cout, h, w);
+        size_t scratch[2] = {big_floats, one_row};
+        for (int b = 0; b < 2; b++) {
+            dit_vae_conv2d_forward(y, x, wt, bs, cin, cout, h, w, 3, false, big, scratch[b]);
+            for (size_t i = 0; i < n; i++)
+                worst[b] = fmax(worst[b], fabs(y[i] - ref[i]) / (1.0 + fabs(ref[i])));
+        }
+        /* no bias, added to 0.5 * i */
+        for (size_t i = 0; i < n; i++)
+            y[i] = 0.5f * (float)i;
+        dit_vae_conv2d_forward(y, x, wt, NULL, cin, cout, h, w, 3, true, big, one_row);
+        conv3_direct(ref, x, wt, zero, cin, cout, h, w);
+        for (size_t i = 0; i < n; i++)
+            worst[2] = fmax(worst[2], fabs(y[i] - (ref[i] + 0.5 * (double)i)) /
+                                          (1.0 + fabs(ref[i] + 0.5 * (double)i)));
+        /* im2col: a scratch of one output row, too small for a tile row of Winograd */
+        dit_vae_conv2d_forward(y, x, wt, bs, cin, cout, h, w, 3, false, big, big_floats);
+        dit_vae_conv2d_forward(y2, x, wt, bs, cin, cout, h, w, 3, false, big,
+                               (size_t)cin * 9 * w);
+        for (size_t i = 0; i < n; i++)
+            worst[3] = fmax(worst[3], fabs((double)y[i] - y2[i]) / (1.0 + fabs((double)y2[i])));
+    }
+    ok(worst[0] < 1e-5, "Winograd %d -> %d channels on %d shapes, one band: a direct loop within "
+                        "1e-5 relative (%.2g)", cin, cout, nsizes, worst[0]);
+    ok(worst[1] < 1e-5, "the same a tile row a band (%.2g)", worst[1]);
+    ok(worst[2] < 1e-5, "without a bias, added to what out holds (%.2g)", worst[2]);
+    ok(worst[3] < 1e-5, "Winograd and im2col (the scratch too small for Winograd) agree (%.2g)",
+       worst[3]);
+    ok(!dit_vae_winograd_fits(cin, cout, 9, (size_t)cin * 9 * 9),
+       "a scratch of one output row of columns is too small for Winograd (so im2col ran)");
+    free(x), free(wt), free(bs), free(zero), free(y), free(y2), free(ref), free(big);
+}
+
 /* A small decoder: every image of a batch comes out with its bytes alone, finite and of its
  * shape; the weights are reproducible from the seed. */
 static void test_batch(void)
@@ -532,6 +601,7 @@ int main(void)
     test_config_check();
     test_groupnorm();
     test_conv();
+    test_conv_winograd();
     test_conv_down();
     test_batch();
     test_encode();
