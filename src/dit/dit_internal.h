@@ -33,6 +33,8 @@ void dit_silu_backward(float *din, const float *dout, const float *in, size_t n)
 void dit_gelu_forward(float *out, const float *in, size_t n);
 void dit_gelu_backward(float *din, const float *dout, const float *in, size_t n);
 
+/* p[rows, t] = softmax of each row of scores, in place (the DiT's attention and the VAE's) */
+void dit_softmax_rows(float *p, int rows, int t);
 /* Multi-head self-attention core: qkv[B,T,3D] (q | k | v, heads contiguous within each) ->
  * y[B,T,D], keeping softmax probabilities att[B,H,T,T]. */
 void dit_attention_forward(float *y, float *att, const float *qkv, int b, int t, int d,

@@ -17,6 +17,7 @@
 
 #include "dit/activation.h"
 #include "dit/backend.h"
+#include "dit/dit_internal.h"
 #include "dit/vae.h"
 
 #define VAE_EPS 1e-6
@@ -216,15 +217,7 @@ void dit_vae_attention_forward(float *o, const float *q, const float *k, const f
     for (int r0 = 0; r0 < t; r0 += tile) {
         int rows = TDL_MIN(tile, t - r0);
         tensor_gemm(false, true, rows, t, c, scale, q + (size_t)r0 * c, c, k, c, 0.0f, s, t);
-        for (int i = 0; i < rows; i++) {
-            float *row = s + (size_t)i * t, mx = row[0], sum = 0.0f;
-            for (int j = 1; j < t; j++)
-                mx = fmaxf(mx, row[j]);
-            for (int j = 0; j < t; j++)
-                sum += row[j] = expf(row[j] - mx);
-            for (int j = 0; j < t; j++)
-                row[j] /= sum;
-        }
+        dit_softmax_rows(s, rows, t);
         tensor_gemm(false, false, rows, c, t, 1.0f, s, t, v, c, 0.0f, o + (size_t)r0 * c, c);
     }
 }

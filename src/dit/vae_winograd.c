@@ -9,12 +9,6 @@
  * loop on SD's widths). */
 #include "config.h"
 
-/* GCC's -O2 vectorizes only loops that need no run-time checks; the transforms' loops need
- * them, and run 3 to 4 times faster vectorized. */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("vect-cost-model=dynamic")
-#endif
-
 #include <string.h>
 
 #include "dit/vae.h"

@@ -18,7 +18,7 @@ void tensor_arena_free(tensor_arena_t *arena);
 /* n floats, 64-byte aligned; NULL when the arena is full (a sizing bug). */
 float *tensor_arena_alloc(tensor_arena_t *arena, size_t n);
 void tensor_arena_reset(tensor_arena_t *arena);
-/* 64-byte aligned, zeroed; free with free(). */
+/* 64-byte aligned, zeroed, in huge pages from 32 MiB (advised); free with free(). */
 float *tensor_alloc(size_t n);
 
 /* out[N,O] = in[N,I] W[O,I]^T (+ bias[O]); W is row-major as in PyTorch's nn.Linear. In
@@ -27,7 +27,7 @@ float *tensor_alloc(size_t n);
  * multiple of 12, and products of 1 to 3 rows, differently), so a row's result depends on the
  * rows beside it unless every product has the same shape. The DiT's forward makes one product
  * an image (an image's tokens, or one row for its conditioning), so that an image comes out the
- * same whatever batch it is in. */
+ * same whatever batch it is in. Products of one row are matrix-vector products (cblas_sgemv). */
 void tensor_linear_forward(float *out, const float *in, const float *weight, const float *bias,
                            int n, int in_dim, int out_dim, int group);
 /* din[N,I] += dout W; dweight[O,I] += dout^T in; dbias[O] += column sums of dout. Any of din,

@@ -351,10 +351,82 @@ static void test_sampler(void)
     dit_model_free(m);
 }
 
+/* tensor_linear_forward against a double loop: one product of all rows, a product of T rows an
+ * image, and products of one row (matrix-vector), with a bias and without; and each image's rows
+ * the same bytes whether it is alone or beside another. */
+static void test_linear_products(void)
+{
+    int n = B * T;
+    float *x = randn((size_t)n * D, 1.0f), *w = randn((size_t)M * D, 0.3f), *bias = randn(M, 0.3f);
+    float *y = tensor_alloc((size_t)n * M), *alone = tensor_alloc((size_t)T * M);
+    const int groups[3] = {0, T, 1};
+    for (int gi = 0; gi < 3; gi++)
+        for (int with_bias = 0; with_bias < 2; with_bias++) {
+            const float *bb = with_bias ? bias : NULL;
+            tensor_linear_forward(y, x, w, bb, n, D, M, groups[gi]);
+            double worst = 0;
+            for (int r = 0; r < n; r++)
+                for (int o = 0; o < M; o++) {
+                    double ref = bb ? bb[o] : 0.0;
+                    for (int i = 0; i < D; i++)
+                        ref += (double)x[(size_t)r * D + i] * w[(size_t)o * D + i];
+                    worst = fmax(worst, fabs(y[(size_t)r * M + o] - ref));
+                }
+            ok(worst < 1e-5, "linear in products of %d row(s)%s: a double loop within 1e-5 (%.2g)",
+               groups[gi] ? groups[gi] : n, bb ? ", bias" : "", worst);
+        }
+    for (int gi = 1; gi < 3; gi++) {
+        int g = groups[gi], rows = g == 1 ? 1 : T;
+        tensor_linear_forward(y, x, w, bias, n, D, M, g);
+        tensor_linear_forward(alone, x + (size_t)(n - rows) * D, w, bias, rows, D, M, g);
+        ok(memcmp(alone, y + (size_t)(n - rows) * M, (size_t)rows * M * sizeof(float)) == 0,
+           "products of %d row(s): the last %d row(s) alone give the same bytes as in the batch",
+           g, rows);
+    }
+    free(x), free(w), free(bias), free(y), free(alone);
+}
+
+/* dit_softmax_rows against exp in double on rows of every length from 1 to 40 (past the 16 lanes
+ * of its blocks), large and negative scores included; and a row the same bytes wherever it is. */
+static void test_softmax(void)
+{
+    double worst = 0, sum_err = 0;
+    bool same = true;
+    for (int t = 1; t <= 40; t++) {
+        float *p = randn((size_t)3 * t, 8.0f), *copy = tensor_alloc((size_t)t + 1);
+        p[0] = 80.0f; /* exp(80) overflows a float: the row's max is taken out first */
+        memcpy(copy + 1, p + t, (size_t)t * sizeof(float)); /* another alignment */
+        double ref[40];
+        for (int r = 0; r < 3; r++) {
+            const float *row = p + (size_t)r * t;
+            double mx = row[0], z = 0;
+            for (int j = 1; j < t; j++)
+                mx = fmax(mx, row[j]);
+            for (int j = 0; j < t; j++)
+                z += ref[j] = exp((double)row[j] - mx);
+            dit_softmax_rows(p + (size_t)r * t, 1, t);
+            double s = 0;
+            for (int j = 0; j < t; j++) {
+                worst = fmax(worst, fabs(p[(size_t)r * t + j] - ref[j] / z));
+                s += p[(size_t)r * t + j];
+            }
+            sum_err = fmax(sum_err, fabs(s - 1.0));
+        }
+        dit_softmax_rows(copy + 1, 1, t);
+        same = same && memcmp(copy + 1, p + t, (size_t)t * sizeof(float)) == 0;
+        free(p), free(copy);
+    }
+    ok(worst < 1e-6, "softmax of rows of 1 to 40 scores: exp in double within 1e-6 (%.2g)", worst);
+    ok(sum_err < 1e-5, "each row sums to 1 within 1e-5 (%.2g)", sum_err);
+    ok(same, "a row gives the same bytes at another address");
+}
+
 int main(void)
 {
     tdl_rng_init(&rng, 2024, 1);
     test_layers();
+    test_linear_products();
+    test_softmax();
     test_patches();
     test_pos_embed();
     test_configs();
