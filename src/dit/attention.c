@@ -25,9 +25,19 @@ __attribute__((simd("notinbranch"))) float expf(float);
 SOFTMAX_VEC void dit_softmax_rows(float *p, int rows, int t)
 {
     for (int i = 0; i < rows; i++) {
-        float *row = p + (size_t)i * t, mx = row[0], sum = 0;
-        for (int j = 1; j < t; j++)
+        float *row = p + (size_t)i * t, sum = 0, lane[SOFTMAX_LANES];
+        /* the max in lanes (exact in any order), so that it vectorizes */
+        for (int l = 0; l < SOFTMAX_LANES; l++)
+            lane[l] = row[0];
+        int full = t / SOFTMAX_LANES * SOFTMAX_LANES;
+        for (int j0 = 0; j0 < full; j0 += SOFTMAX_LANES)
+            for (int l = 0; l < SOFTMAX_LANES; l++)
+                lane[l] = row[j0 + l] > lane[l] ? row[j0 + l] : lane[l];
+        float mx = row[0];
+        for (int j = full; j < t; j++)
             mx = row[j] > mx ? row[j] : mx;
+        for (int l = 0; l < SOFTMAX_LANES; l++)
+            mx = lane[l] > mx ? lane[l] : mx;
         for (int j0 = 0; j0 < t; j0 += SOFTMAX_LANES) {
             int n = TDL_MIN(SOFTMAX_LANES, t - j0);
             float e[SOFTMAX_LANES];
