@@ -72,22 +72,29 @@ static void compare_ops(dit_backend_t *be, double tol)
         free(x), free(wt), free(b), free(want);
     }
     /* convolutions: 1x1, 3x3 (with bias, without, accumulating, in bands of 2 rows), stride 2 on
-     * odd sides */
+     * odd sides; and 3x3 of 16 -> 17 channels, which the CPU runs by Winograd (with its scratch) */
     struct {
         int k, stride, h, w;
         bool bias, accumulate;
-        int band_rows; /* 0: all rows at once */
-    } convs[] = {{1, 1, 7, 9, true, false, 0}, {1, 1, 7, 9, true, true, 0},
-                 {3, 1, 7, 9, true, false, 0}, {3, 1, 7, 9, false, false, 2},
-                 {3, 1, 7, 9, true, true, 3},  {3, 2, 9, 11, true, false, 0},
-                 {3, 2, 8, 6, true, false, 1}};
+        int band_rows; /* 0: all rows at once; -1: the backends' own scratch */
+        int cin, cout;
+    } convs[] = {{1, 1, 7, 9, true, false, 0, 5, 6},   {1, 1, 7, 9, true, true, 0, 5, 6},
+                 {3, 1, 7, 9, true, false, 0, 5, 6},   {3, 1, 7, 9, false, false, 2, 5, 6},
+                 {3, 1, 7, 9, true, true, 3, 5, 6},    {3, 2, 9, 11, true, false, 0, 5, 6},
+                 {3, 2, 8, 6, true, false, 1, 5, 6},   {3, 1, 7, 9, true, false, -1, 16, 17},
+                 {3, 1, 7, 9, false, true, -1, 16, 17}};
     for (size_t t = 0; t < sizeof(convs) / sizeof(convs[0]); t++) {
-        int cin = 5, cout = 6, k = convs[t].k, s = convs[t].stride, h = convs[t].h, w = convs[t].w;
+        int cin = convs[t].cin, cout = convs[t].cout, k = convs[t].k, s = convs[t].stride;
+        int h = convs[t].h, w = convs[t].w;
         int ho = s == 1 ? h : h / 2, wo = s == 1 ? w : w / 2;
         size_t nin = (size_t)cin * h * w, nout = (size_t)cout * ho * wo;
         size_t nw = (size_t)cout * cin * k * k;
-        size_t cols_floats = convs[t].band_rows ? (size_t)cin * 9 * wo * convs[t].band_rows
-                                                : (size_t)cin * 9 * ho * wo;
+        int cmax = cin > cout ? cin : cout;
+        size_t cols_floats =
+            convs[t].band_rows < 0
+                ? TDL_MAX(cpu->vae_conv2d_scratch(cmax, w), be->vae_conv2d_scratch(cmax, w))
+            : convs[t].band_rows ? (size_t)cin * 9 * wo * convs[t].band_rows
+                                 : (size_t)cin * 9 * ho * wo;
         float *x = randn(nin, 1.0f), *wt = randn(nw, 0.3f), *b = randn((size_t)cout, 1.0f);
         float *want = randn(nout, 1.0f), *cols = tensor_alloc(cols_floats);
         float *dout = to_dev(be, want, nout); /* what accumulate adds to */
@@ -98,9 +105,10 @@ static void compare_ops(dit_backend_t *be, double tol)
         float *dcols = be->alloc(be->ctx, cols_floats);
         be->vae_conv2d_forward(be->ctx, dout, dx, dw, bias ? db : NULL, cin, cout, h, w, k, s,
                                convs[t].accumulate, dcols, cols_floats);
-        snprintf(what, sizeof(what), "convolution %dx%d stride %d of %dx%d%s%s%s", k, k, s, h, w,
-                 bias ? ", bias" : "", convs[t].accumulate ? ", accumulating" : "",
-                 convs[t].band_rows ? ", in bands" : "");
+        snprintf(what, sizeof(what), "convolution %dx%d stride %d of %dx%d, %d -> %d%s%s%s", k, k,
+                 s, h, w, cin, cout, bias ? ", bias" : "",
+                 convs[t].accumulate ? ", accumulating" : "",
+                 convs[t].band_rows > 0 ? ", in bands" : "");
         check_dev(be, dout, want, nout, tol, what);
         be->release(be->ctx, dx), be->release(be->ctx, dw), be->release(be->ctx, db);
         be->release(be->ctx, dcols);
