@@ -459,9 +459,12 @@ typedef struct move_case {
 static void test_bcast(ops_t *o, ops_group_t *G)
 {
     harness_t *h = o->h;
-    static const move_case_t cases[] = {{GFC_DT_BYTE, 0},    {GFC_DT_BYTE, 1},   {GFC_DT_BYTE, 13},
-                                        {GFC_DT_BYTE, 8191}, {GFC_DT_F32, 1000}, {GFC_DT_I64, 3},
-                                        {GFC_DT_BF16, 5}};
+    /* up to 8 KiB from the root to every member (flat); 8196 bytes and 1 MiB down the binomial
+     * tree */
+    static const move_case_t cases[] = {
+        {GFC_DT_BYTE, 0},    {GFC_DT_BYTE, 1},    {GFC_DT_BYTE, 13}, {GFC_DT_BYTE, 8191},
+        {GFC_DT_BYTE, 8192}, {GFC_DT_F32, 2049},  {GFC_DT_F32, 1000}, {GFC_DT_I64, 3},
+        {GFC_DT_BF16, 5}};
     size_t ncases = TDL_ARRAY_SIZE(cases) + (G->index == 0);
     for (int root = 0; root < G->n; root++) {
         for (size_t c = 0; c < ncases; c++) {
