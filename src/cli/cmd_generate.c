@@ -144,7 +144,7 @@ static int generate_run(tdl_params_t *params, int npos, char **pos)
     dit_vae_free(vae);
     if (st == TDL_OK) {
         printf("tidal generate: %d images of %dx%d (%s, %d %s steps, cfg %.1f, seed %llu%s) in "
-               "%.1f s -> %s\n",
+               "%.2f s -> %s\n",
                n, side, side, c->name, o.steps, sampler, o.cfg_scale, (unsigned long long)o.seed,
                vae_path ? ", latents decoded by the VAE" : "", tdl_clock_s() - t0, output);
         rc = CLI_EXIT_OK;

@@ -16,6 +16,8 @@
 # One rank: its host, its device (cgroup) and quota, and one fixed piece of compute: tidal
 # generate sampling 8 images in 10 steps, the seconds it prints (the sampling alone), the wall
 # seconds and CPU seconds of the whole program (the device's share of a core: CPU / wall).
+# generate prints its seconds to the hundredth: in tenths, the 1.5 s of a 0.22-core device read
+# 1.4, 1.5 or 1.6, 7% apart, and a rank 10% off a lone device could be rounding alone.
 rank_rate() { # CKPT DIR
     r=$OMPI_COMM_WORLD_RANK
     cg=`sed -n 's/^[0-9]*:\([^:]*,\)\{0,1\}cpu\(,[^:]*\)\{0,1\}:\(.*\)/\3/p' /proc/self/cgroup`
@@ -74,12 +76,15 @@ layout_ok() {
 # kernel take their time from the devices; 8 x 0.22 leaves them 0.24 of a core)
 # The machine's own speed drifts (a virtual machine's host): each of the 4 and 8 devices is set
 # against the lone device measured just before and just after it. When a rank is off, the whole
-# measurement is made once more: noise passes the second time, a rate that depends on the ranks
-# fails it again. Other work on the machine (another test) cannot take a device's share, but it
-# does take the caches of the core between the device's turns: a lone device beside it computes
-# slower per CPU second, by as much as 30% here. So the rates are compared where the lone
+# measurement is made again, up to three times: noise passes a later time, a rate that depends on
+# the ranks fails every time. (Here, with 8 devices filling the machine, a device gets 94-96% of
+# its share in 5 ms periods: 8 ranks read 0.87-0.99 of the lone one at their lowest, and one
+# measurement in five had a rank under 0.9; at 10 ms periods 97%, at 20 ms all of it.)
+# Other work on the machine (another test) cannot take a device's share, but it does take the
+# caches of the core between the device's turns: a lone device beside it computes slower per CPU
+# second, by as much as 30% here. So the rates are compared where the lone
 # device had the machine to itself (less than 0.4 core of other work), and otherwise only shown.
-for attempt in 1 2; do
+for attempt in 1 2 3; do
     for l in 1x1a 2x2 1x1b 2x4 1x1c; do
         h=${l%%x*}; r=${l#*x}; r=${r%[abc]}
         cluster_run --hosts $h --ranks-per-host $r --rank-cpu 0.22 --link 1gbit -- \
@@ -117,7 +122,7 @@ for attempt in 1 2; do
     cat "$dir/ratio"
     busy=`awk '$1 ~ /^1x1/ && $2 == "other" && $3 > m { m = $3 } END { printf "%.2f", m }' "$dir/rates"`
     [ $rc = 0 ] && break
-    [ $attempt = 1 ] && diag "a rank was off by more than 10%: measuring once more"
+    [ $attempt = 3 ] || diag "a rank was off by more than 10%: measuring once more"
 done
 # the share each device got: CPU seconds of the whole program / its wall seconds
 # (at least 85%: the kernel's tick, 4 ms at 250 Hz, can delay a device's turn in its period).
