@@ -167,6 +167,20 @@ tdl_status_t gfc_ucx_open(const char *name, bool tuned, bool cma, ucp_context_h 
          * UCX_PROTO_ENABLE wins. */
         if (!getenv("UCX_PROTO_ENABLE"))
             (void)ucp_config_modify(ucfg, "PROTO_ENABLE", "y");
+        /* A longer receive FIFO for shared memory (1024 elements of 8 KiB where UCX has 64):
+         * a large message within a host streams through the receiver's FIFO, and with 64
+         * elements (512 KiB) the sender stops as soon as the receiver stops calling UCX (a
+         * throttled device, a host thread busy elsewhere); with 8 MiB it can leave a whole ring
+         * chunk or butterfly half and go on. bench/run gfc-allreduce on 8 devices of 0.22 core
+         * (doc/gfc.md): 4 MiB from 0.097 to 0.162-0.179 GB/s of bus bandwidth. A UCX_*_FIFO_SIZE
+         * of the user's wins. */
+        if (!getenv("UCX_MM_FIFO_SIZE") && !getenv("UCX_SYSV_FIFO_SIZE") &&
+            !getenv("UCX_POSIX_FIFO_SIZE")) {
+            ucs_status_t fs = ucp_config_modify(ucfg, "MM_FIFO_SIZE", "1024");
+            if (fs != UCS_OK)
+                TDL_DEBUG("UCX takes no MM_FIFO_SIZE (%s): its default FIFO stays",
+                          ucs_status_string(fs));
+        }
     }
     /* CMA (process_vm_readv, UCX's single copy between processes of one host) to a peer that
      * died under a transfer trips an assertion inside UCX 1.13 and kills this rank too
