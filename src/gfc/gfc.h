@@ -52,6 +52,7 @@ typedef struct gfc_runtime_config {
     size_t hier_min_bytes;       /* AUTO takes hier at or above this on groups across hosts */
     size_t hier_piece_bytes;     /* hier pipelines its phases over pieces of about this size */
     char hosts[256];             /* "" or each world rank's host, "0,0,1,1": gfc-hosts (tests) */
+    char keepalive_cgroup[256];  /* "" or a cgroup the keep-alive thread joins (tools/cluster) */
 } gfc_runtime_config_t;
 
 /* The gfc parameters (gfc-timeout-ms, gfc-allreduce, ...) for the registry. */

@@ -55,6 +55,12 @@ const tdl_param_def_t gfc_params[] = {
      "of the ranks' host names: tests and measurements of hier on one machine (transports and "
      "liveness still follow the real hosts)",
      NULL, 0, 0},
+    {"gfc-keepalive-cgroup", TDL_PARAM_STRING, NULL,
+     "a cgroup (v1, a folder with a tasks file) the keep-alive thread moves into, apart from "
+     "the rank's own: tools/cluster sets it, so that the CPU quota of an emulated device, which "
+     "the rank can owe for seconds after long kernel work, does not silence its keep-alive as "
+     "it never would a GPU's host",
+     NULL, 0, 0},
     {"gfc-cma", TDL_PARAM_BOOL, "false",
      "single-copy transfers (CMA) between ranks of one host: faster for large messages, but a "
      "rank dying under one can crash its peer inside UCX 1.13 (doc/failures.md)",
@@ -103,6 +109,12 @@ tdl_status_t gfc_runtime_config_from_params(const tdl_params_t *params,
         return tdl_error_raise(TDL_ERR_INVALID_ARG, "--gfc-hosts: at most %zu characters",
                                sizeof(c.hosts) - 1);
     snprintf(c.hosts, sizeof(c.hosts), "%s", hosts ? hosts : "");
+    const char *kcg = tdl_param_str(params, "gfc-keepalive-cgroup");
+    if (kcg && strlen(kcg) >= sizeof(c.keepalive_cgroup))
+        return tdl_error_raise(TDL_ERR_INVALID_ARG,
+                               "--gfc-keepalive-cgroup: at most %zu characters",
+                               sizeof(c.keepalive_cgroup) - 1);
+    snprintf(c.keepalive_cgroup, sizeof(c.keepalive_cgroup), "%s", kcg ? kcg : "");
     if (c.dead_after_ms > 0 && c.dead_after_ms < 3 * c.keepalive_ms)
         return tdl_error_raise(TDL_ERR_INVALID_ARG,
                                "--gfc-dead-after-ms %lld is under 3 x --gfc-keepalive-ms %lld: "

@@ -1,7 +1,8 @@
 #!/bin/sh
 # tools/cluster itself: layouts it refuses (exit 2, before any set-up), the hosts and devices a
-# run gets, the shaped link's rate measured, COMMAND's exit status, and nothing left behind: after
-# a run, a failed COMMAND, SIGINT, and a run killed outright (cleaned up by the next).
+# run gets, a starved device's rank not taken for dead, the shaped link's rate measured,
+# COMMAND's exit status, and nothing left behind: after a run, a failed COMMAND, SIGINT, and a
+# run killed outright (cleaned up by the next).
 . "${TIDAL_BUILDDIR:-.}/tests/env.sh"
 . "$abs_top_srcdir/tests/cluster/common.sh"
 
@@ -39,6 +40,9 @@ print('%.3f' % (time.time() - t))"
 
 # inside the cluster: what UCX uses between each pair of ranks
 transports() { cluster_mpirun 4 "$TIDAL" info --transports; }
+
+# inside the cluster: gfc_failure's starved device (TAP from rank 0)
+starved() { cluster_mpirun 3 "$abs_top_builddir/tests/gfc/gfc_failure" throttled; }
 
 leftovers() {
     { ip netns list 2>/dev/null | awk '{ print $1 }'; ls /sys/fs/cgroup/cpu 2>/dev/null
@@ -100,6 +104,19 @@ p4=`sed -n 's#.*cg=/\(tdlcl[0-9]*\)/.*#\1#p' "$tmp/ranks" | head -n 1`
 p7=`cat "$tmp/p7" 2>/dev/null`
 check "nothing left after a run ($p4) and a failed COMMAND ($p7)" \
     sh -c "[ -n '$p4' ] && [ -n '$p7' ] && [ -z \"$(leftovers $p4)$(leftovers $p7)\" ]"
+
+# ---- a starved device is not a dead rank ----
+# A device's quota can hold its rank back for seconds (after long kernel work it owes its quota
+# for as long as it overran), but its keep-alive thread runs beside the device
+# (TIDAL_GFC_KEEPALIVE_CGROUP): rank 2 starved to 1 ms a second for 4 s is never declared dead.
+cluster_run --hosts 1 --ranks-per-host 3 --rank-cpu 0.25 -- starved >"$tmp/starved" \
+    2>"$tmp/starved.err"; rc=$?
+grep '^#\|^not ok' "$tmp/starved" | sed 's/^/# /'
+check "a device starved for 4 s: gfc_failure throttled exits 0 ($rc)" [ $rc = 0 ]
+check "the keep-alive thread beside the device, the main thread in it" \
+    grep -q '^ok 1 - the keep-alive thread is in gfc-keepalive-cgroup' "$tmp/starved"
+check "nobody declared the starved rank dead; the all-reduce completed" \
+    grep -q '^ok 2 - rank 2 starved to 1 ms a second for 4 s: nobody declared dead' "$tmp/starved"
 
 # ---- the transports: shared memory within a host, TCP on eth0 between hosts ----
 cluster_run --hosts 2 --ranks-per-host 2 --rank-cpu 0.25 -- transports >"$tmp/tl" 2>"$tmp/tl.err"

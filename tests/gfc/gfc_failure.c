@@ -22,6 +22,13 @@
  *                       the survivors. Rank 0 then lets the victim go on (SIGCONT): it must find
  *                       itself fenced (declared dead by another rank), its all-reduce failing.
  *                       Lines "SURVIVOR ..." and "FENCED rank=... verdict=PASS|FAIL ...".
+ *   gfc_failure throttled  Under tools/cluster: the last rank starves its own device (its
+ *                       cgroup's quota down to 1 ms a second) and computes for 4 s of wall time
+ *                       while the others wait in an all-reduce: a slow device is not a dead
+ *                       rank, so no rank may be declared dead (its keep-alive thread runs
+ *                       outside the device, gfc-keepalive-cgroup) and the all-reduce completes.
+ *                       Checks too that the keep-alive thread ("gfc-keepalive") is in that
+ *                       cgroup and the main thread in the device's. TAP output.
  *   gfc_failure refused Every rank but the last holds the last rank's endpoint failed (as UCX's
  *                       error callback leaves it, before the keep-alive declares the rank dead):
  *                       every collective and point-to-point start on a group of this rank and
@@ -38,11 +45,13 @@
 #include "config.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "gfc/gfc_internal.h"
@@ -520,12 +529,145 @@ static int run_refused(harness_t *h)
     return harness_finish(h);
 }
 
+/* The cgroup (v1 cpu) of thread tid of this process: its path under /sys/fs/cgroup/cpu. */
+static bool cpu_cgroup_of(long tid, char *out, size_t len)
+{
+    char path[64], line[512];
+    snprintf(path, sizeof(path), "/proc/self/task/%ld/cgroup", tid);
+    FILE *f = fopen(path, "r");
+    bool found = false;
+    while (f && !found && fgets(line, sizeof(line), f)) {
+        char *ctl = strchr(line, ':'), *cg = ctl ? strchr(ctl + 1, ':') : NULL;
+        if (!cg)
+            continue;
+        *cg++ = '\0';
+        ctl++;
+        /* "cpu" alone or in a list ("cpu,cpuacct"), not "cpuset" or "cpuacct" */
+        for (char *t = strtok(ctl, ","); t && !found; t = strtok(NULL, ","))
+            found = strcmp(t, "cpu") == 0;
+        if (found)
+            snprintf(out, len, "%.*s", (int)strcspn(cg, "\n"), cg);
+    }
+    if (f)
+        fclose(f);
+    return found;
+}
+
+/* The thread of this process named name, or -1. */
+static long thread_named(const char *name)
+{
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *e;
+    long tid = -1;
+    while (d && tid < 0 && (e = readdir(d))) {
+        char path[300], comm[64] = "";
+        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f && fgets(comm, sizeof(comm), f) && strncmp(comm, name, strlen(name)) == 0)
+            tid = strtol(e->d_name, NULL, 10);
+        if (f)
+            fclose(f);
+    }
+    if (d)
+        closedir(d);
+    return tid;
+}
+
+static bool write_value(const char *dir, const char *file, long long v)
+{
+    char path[600];
+    snprintf(path, sizeof(path), "/sys/fs/cgroup/cpu%s/%s", dir, file);
+    FILE *f = fopen(path, "w");
+    bool ok = f && fprintf(f, "%lld\n", v) > 0;
+    return f && fclose(f) == 0 && ok;
+}
+
+static long long read_value(const char *dir, const char *file)
+{
+    char path[600];
+    long long v = -2;
+    snprintf(path, sizeof(path), "/sys/fs/cgroup/cpu%s/%s", dir, file);
+    FILE *f = fopen(path, "r");
+    if (f && fscanf(f, "%lld", &v) != 1)
+        v = -2;
+    if (f)
+        fclose(f);
+    return v;
+}
+
+static int run_throttled(harness_t *h)
+{
+    int W = h->size, me = h->rank, victim = W - 1;
+    int *world = calloc((size_t)W, sizeof(int));
+    for (int r = 0; r < W; r++)
+        world[r] = r;
+    gfc_group_t g;
+    int64_t one = 1, total = 0;
+    tdl_status_t st = gfc_group_init(&g, h->rt, world, W, 1);
+    if (st == TDL_OK)
+        st = gfc_allreduce(&g, &one, &total, 1, GFC_DT_I64, GFC_OP_SUM, NULL);
+    harness_expect_status(h, st, TDL_OK, "warm-up allreduce");
+
+    /* where the threads are: the main one in its device, the keep-alive one beside it */
+    char main_cg[256] = "", live_cg[256] = "";
+    long live = thread_named("gfc-keepalive");
+    bool have = cpu_cgroup_of((long)syscall(SYS_gettid), main_cg, sizeof(main_cg)) && live > 0 &&
+                cpu_cgroup_of(live, live_cg, sizeof(live_cg));
+    const char *want = h->config.keepalive_cgroup;
+    harness_expect(h, have, "rank %d: no gfc-keepalive thread, or no cpu cgroup", me);
+    harness_expect(h, read_value(main_cg, "cpu.cfs_quota_us") > 0,
+                   "rank %d: the main thread's cgroup %s has no quota (not a device)", me,
+                   main_cg);
+    harness_expect(h, want[0] && strstr(want, live_cg) && live_cg[0] &&
+                          strlen(want) - strlen(live_cg) == (size_t)(strstr(want, live_cg) - want),
+                   "rank %d: keep-alive thread in cgroup '%s', gfc-keepalive-cgroup '%s'", me,
+                   live_cg, want);
+    harness_point(h, "the keep-alive thread is in gfc-keepalive-cgroup, the main thread in its "
+                     "device (a cgroup with a quota)");
+
+    st = TDL_OK;
+    int64_t sum = 0;
+    double t0 = tdl_clock_s();
+    if (me == victim) {
+        long long quota = read_value(main_cg, "cpu.cfs_quota_us");
+        long long period = read_value(main_cg, "cpu.cfs_period_us");
+        /* 1 ms a second: the quota first, so that the share only shrinks */
+        bool starved = write_value(main_cg, "cpu.cfs_quota_us", 1000) &&
+                       write_value(main_cg, "cpu.cfs_period_us", 1000000);
+        harness_expect(h, starved, "rank %d: cannot lower the quota of %s", me, main_cg);
+        volatile double x = 0;
+        while (tdl_clock_s() - t0 < 4.0)
+            for (int i = 0; i < 100000; i++)
+                x += 1e-9 * i;
+        bool back = write_value(main_cg, "cpu.cfs_period_us", period) &&
+                    write_value(main_cg, "cpu.cfs_quota_us", quota);
+        harness_expect(h, back, "rank %d: cannot restore the quota of %s", me, main_cg);
+    }
+    st = gfc_allreduce(&g, &one, &sum, 1, GFC_DT_I64, GFC_OP_SUM, NULL);
+    double dt = tdl_clock_s() - t0;
+    harness_expect_status(h, st, TDL_OK, "allreduce with a starved member");
+    harness_expect(h, sum == W, "sum %" PRId64 ", want %d", sum, W);
+    int dead = 0;
+    for (int r = 0; r < W; r++)
+        dead += gfc_peer_state(h->rt, r) != GFC_PEER_ALIVE;
+    harness_expect(h, dead == 0, "rank %d holds %d ranks dead", me, dead);
+    if (me == 0)
+        printf("# rank 0: the all-reduce with a member starved 4 s took %.2f s\n", dt);
+    harness_point(h, "rank %d starved to 1 ms a second for 4 s: nobody declared dead (bound "
+                     "%lld ms), the all-reduce completes",
+                  victim, (long long)h->config.dead_after_ms);
+    free(world);
+    return harness_finish(h);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "silent";
     const char *env = getenv("TIDAL_GFC_FAILURE_TIMEOUT_MS");
-    /* stop: far above the keep-alive bound, so that only the keep-alive can end the wait */
-    int64_t timeout_ms = env && *env ? strtoll(env, NULL, 10) : strcmp(mode, "stop") ? 1000 : 30000;
+    /* stop: far above the keep-alive bound, so that only the keep-alive can end the wait;
+     * throttled: above the 4 s a starved member computes */
+    bool long_wait = strcmp(mode, "stop") == 0 || strcmp(mode, "throttled") == 0;
+    int64_t timeout_ms = env && *env ? strtoll(env, NULL, 10) : long_wait ? 30000 : 1000;
     harness_t h;
     if (harness_init(&h, &argc, &argv, timeout_ms) != TDL_OK)
         return 1;
@@ -539,5 +681,7 @@ int main(int argc, char **argv)
         return run_stop(&h);
     if (strcmp(mode, "refused") == 0)
         return run_refused(&h);
+    if (strcmp(mode, "throttled") == 0)
+        return run_throttled(&h);
     return run_silent(&h);
 }
