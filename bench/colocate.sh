@@ -36,9 +36,12 @@ bm_colocate() { # tidal run against a static half-and-half partition on 1 coordi
         # them, and tidal run train on nearly every worker between them
         local q=$((secs / 10))
         if [ -n "$bench_cluster" ]; then
-            # the cost model of these devices, profiled on the same layout as the job
+            # the cost model of these devices, profiled on the same layout as the job. 12
+            # repetitions: a step of 32 px is 2-4 periods of a throttled device, and with 3 the
+            # slowest member's median moved by +-25% from run to run and the trace built on it
+            # from 308 to 510 requests (12: +-11%, capacity within +-5%; doc/colocation.md)
             say "profiling the serving cost model on the emulated cluster"
-            bench_mpirun "$np" "$tidal" profile --model fmnist --sides 32,64 --reps 3 \
+            bench_mpirun "$np" "$tidal" profile --model fmnist --sides 32,64 --reps 12 \
                 --out "$work/cost.json" && cost=$work/cost.json ||
                 bench_failed+=("tidal profile on the emulated cluster")
         fi
