@@ -480,9 +480,13 @@ static void test_codecs(harness_t *h, hgroup_t *G, int gi)
             double vh = ratio_or_err(eh, norm), vr = ratio_or_err(er, norm);
             harness_expect(h, worst <= bound, "%s: hier vNMSE %.3g on one of %d draws above %.3g",
                            formats[f].name, worst, CODEC_DRAWS, bound);
-            harness_expect(h, vh <= 4.0 * vr + 1e-12,
-                           "%s: hier vNMSE %.3g over %d draws above 4 x the ring's %.3g",
-                           formats[f].name, vh, CODEC_DRAWS, vr);
+            /* 4 x the ring's, plus a twentieth of the format's bound: on heavy-tailed values
+             * the ring's error alone can come out far below its usual, where its blocks cut
+             * the outliers apart (dynamiq, seed 12949709576345213087 on 4x2: 8.1e-5, against
+             * 4.1e-4 to 4.6e-3 on the seed's other groups, hier 4.7e-4) */
+            harness_expect(h, vh <= 4.0 * vr + bound / 20 + 1e-12,
+                           "%s: hier vNMSE %.3g over %d draws above 4 x the ring's %.3g + %.3g",
+                           formats[f].name, vh, CODEC_DRAWS, vr, bound / 20);
             if (strcmp(formats[f].name, "dynamiq") == 0)
                 harness_diag(h, "%s %s: dynamiq vNMSE over %d draws hier %.3e, flat ring %.3e "
                                 "(%d hosts)",
@@ -641,7 +645,8 @@ int main(int argc, char **argv)
             test_codecs(&h, G, i);
         harness_point(&h,
                       "hier on %s %s with every codec (%zu formats): vNMSE within bound, over %d "
-                      "draws no worse than 4 x the flat ring's, bit-identical on every member",
+                      "draws no worse than 4 x the flat ring's (+ a twentieth of the bound), "
+                      "bit-identical on every member",
                       G->kind, G->str, TDL_ARRAY_SIZE(formats), CODEC_DRAWS);
     }
     if (groups[0].member && groups[0].ref)
