@@ -184,7 +184,7 @@ tdl_status_t gfc_ucx_open(const char *name, bool tuned, bool cma, ucp_context_h 
          * elements (512 KiB) the sender stops as soon as the receiver stops calling UCX (a
          * throttled device, a host thread busy elsewhere); with 8 MiB it can leave a whole ring
          * chunk or butterfly half and go on. bench/run gfc-allreduce on 8 devices of 0.22 core
-         * (doc/gfc.md): 4 MiB from 0.097 to 0.162-0.179 GB/s of bus bandwidth. A UCX_*_FIFO_SIZE
+         * (doc/gfc.md): 4 MiB from 0.10 to 0.17-0.20 GB/s of bus bandwidth. A UCX_*_FIFO_SIZE
          * of the user's wins. */
         if (!getenv("UCX_MM_FIFO_SIZE") && !getenv("UCX_SYSV_FIFO_SIZE") &&
             !getenv("UCX_POSIX_FIFO_SIZE")) {
