@@ -48,7 +48,8 @@ typedef struct gfc_runtime_config {
     int64_t idle_sleep_us;       /* > 0: a waiting rank sleeps this long once idle as long */
     int64_t keepalive_ms;        /* how often each rank tells every peer it is alive */
     int64_t dead_after_ms;       /* a peer silent this long is declared dead (0: no keep-alive) */
-    bool cma;                    /* CMA single copy within a host (off: a dead peer can crash UCX) */
+    bool cma;                    /* UCX's CMA within a host (off: a dead peer can crash UCX) */
+    size_t single_copy_min;      /* gfc's own single copy within a host from this size (0: off) */
     size_t hier_min_bytes;       /* AUTO takes hier at or above this on groups across hosts */
     size_t hier_piece_bytes;     /* hier pipelines its phases over pieces of about this size */
     char hosts[256];             /* "" or each world rank's host, "0,0,1,1": gfc-hosts (tests) */
@@ -83,6 +84,8 @@ typedef struct gfc_stats {
     size_t ucx_requests_live;  /* UCX requests not yet completed and released */
     uint64_t collectives;      /* collectives started */
     uint64_t bytes_sent;
+    uint64_t single_copies;    /* messages received by single copy (--gfc-single-copy) */
+    uint64_t single_copy_fallbacks; /* single copies this rank could not read: sent again */
 } gfc_stats_t;
 void gfc_runtime_stats(const gfc_runtime_t *rt, gfc_stats_t *stats_out);
 

@@ -12,14 +12,29 @@
 #define GFC_MAX_CHUNKS 64
 
 /* What each rank publishes at start-up ahead of its UCX worker address. */
-#define GFC_CARD_MAGIC 0x67666332u /* "gfc2" */
+#define GFC_CARD_MAGIC 0x67666333u /* "gfc3" */
 typedef struct gfc_peer_card {
     uint32_t magic;
     uint32_t pid;
     unsigned char host[16]; /* hash of host name and boot id */
     uint32_t addr_len;      /* the worker address, right after the card */
     uint32_t live_len;      /* the keep-alive worker's address after it (0: no keep-alive) */
+    uint64_t cookie;        /* a random word, kept at cookie_addr in the rank's memory: a peer */
+    uint64_t cookie_addr;   /* that reads it back there can read this rank (copy.c) */
 } gfc_peer_card_t;
+
+/* Tags: the algorithms' tags use the low 62 bits; a single copy's descriptor travels on the tag
+ * with GFC_TAG_DESC added (receives ignore that bit), its answers on tags with GFC_TAG_CTRL. */
+#define GFC_TAG_MASK ((1ull << 62) - 1)
+#define GFC_TAG_DESC (1ull << 63)
+#define GFC_TAG_CTRL (1ull << 62)
+
+/* gfc_runtime.peer_copy: what single copy (copy.c) has learnt of a peer on this host. */
+enum {
+    GFC_COPY_READ_OK = 1,  /* this rank read the peer's cookie back */
+    GFC_COPY_READ_NO = 2,  /* it could not: the peer's descriptors are answered NACK */
+    GFC_COPY_SEND_OFF = 4, /* the peer answered NACK: send to it by UCX alone */
+};
 
 /* What this rank knows of a peer (gfc_runtime.peer_state); a peer is declared once and for good. */
 enum {
@@ -53,6 +68,10 @@ struct gfc_runtime {
     const unsigned char **live_addrs; /* [size]: each keep-alive worker's address */
     int *peer_pid;               /* [size] */
     bool *peer_local;            /* [size]: runs on this host */
+    uint64_t *peer_cookie;       /* [size]: each peer's cookie and where it keeps it (its card) */
+    uint64_t *peer_cookie_addr;
+    unsigned char *peer_copy;    /* [size]: GFC_COPY_* bits */
+    uint64_t cookie;             /* this rank's own, published at start-up */
     int *host_of;                /* [size]: each rank's host, by its lowest rank (topo.c) */
     int nhosts;
     unsigned *host_mark;         /* [nhosts]: gfc_group_hosts' scratch, stamped, never cleared */
@@ -74,6 +93,7 @@ struct gfc_runtime {
     size_t ucx_requests_live;
     uint64_t collectives;
     uint64_t bytes_sent;
+    uint64_t single_copies, single_copy_fallbacks;
 };
 
 /* One UCX send or receive of a request. */
@@ -85,6 +105,10 @@ typedef struct gfc_xfer {
     ucs_status_t status;
     size_t bytes;       /* receives: bytes that arrived */
     int slot;           /* algorithm's own index (chunk), -1 when unused */
+    uint64_t tag;       /* the message's tag (without GFC_TAG_DESC) */
+    void *buf;          /* receives: where the data goes, and its room */
+    size_t cap;
+    struct gfc_copy *copy; /* a single copy's state (copy.c), or NULL */
 } gfc_xfer_t;
 
 typedef tdl_status_t (*gfc_progress_fn_t)(gfc_request_t *req);
@@ -147,6 +171,24 @@ tdl_status_t gfc_post_recv(gfc_request_t *req, int peer_index, uint32_t step, vo
 tdl_status_t gfc_xfers_poll(gfc_request_t *req,
                             tdl_status_t (*on_done)(gfc_request_t *req, const gfc_xfer_t *x),
                             bool *all_done);
+/* ---- single copy within a host (copy.c) ---------------------------------------------------- */
+
+/* Whether a send of `bytes` to `peer` goes by single copy (a peer on this host, at or above
+ * config.single_copy_min, and not refused by it). */
+bool gfc_copy_applies(const gfc_runtime_t *rt, int peer, size_t bytes);
+/* Posts the descriptor of buf and the answer's receive, into x (peer and tag already set). */
+tdl_status_t gfc_copy_send(gfc_runtime_t *rt, gfc_xfer_t *x, ucp_ep_h ep, const void *buf,
+                           size_t bytes, uint64_t tag);
+/* A receive completed with a descriptor (its sender tag had GFC_TAG_DESC; x->bytes is what
+ * arrived, x->ucx released): reads the data into x->buf and answers. */
+void gfc_copy_arrived(gfc_runtime_t *rt, gfc_xfer_t *x);
+/* Advances a transfer that has a copy state; sets x->done, status and bytes at its end. */
+void gfc_copy_step(gfc_runtime_t *rt, gfc_xfer_t *x);
+/* The errno of a failed read of the peer's memory, or 0. */
+int gfc_copy_errno(const gfc_xfer_t *x);
+/* Releases the copy state and its UCX requests (cancelled first when `cancel`). */
+void gfc_copy_release(gfc_runtime_t *rt, gfc_xfer_t *x, bool cancel);
+
 /* The world rank of group member i. */
 static inline int gfc_member(const gfc_request_t *req, int i)
 {

@@ -60,7 +60,7 @@ tdl_status_t gfc_group_init(gfc_group_t *group_out, gfc_runtime_t *rt, const int
 
 uint64_t gfc_tag(uint64_t tag_base, uint32_t step, int src_world)
 {
-    return gfc_mix64(tag_base ^ (((uint64_t)step << 32) | (uint32_t)src_world));
+    return gfc_mix64(tag_base ^ (((uint64_t)step << 32) | (uint32_t)src_world)) & GFC_TAG_MASK;
 }
 
 uint64_t gfc_tag_base(uint64_t group_id, uint64_t seq)

@@ -2,6 +2,7 @@
  * steps every outstanding request, and the bounded wait. */
 #include "config.h"
 
+#include <errno.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -201,10 +202,13 @@ tdl_status_t gfc_post_send(gfc_request_t *req, int peer_index, uint32_t step, co
         return st;
     x->peer = peer;
     x->slot = slot;
+    x->tag = gfc_tag(req->tag_base, step, rt->rank);
+    rt->bytes_sent += bytes;
+    if (gfc_copy_applies(rt, peer, bytes))
+        return gfc_copy_send(rt, x, ep, buf, bytes, x->tag);
     ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE,
                                .datatype = ucp_dt_make_contig(1)};
-    void *r = ucp_tag_send_nbx(ep, buf, bytes, gfc_tag(req->tag_base, step, rt->rank), &prm);
-    rt->bytes_sent += bytes;
+    void *r = ucp_tag_send_nbx(ep, buf, bytes, x->tag, &prm);
     if (r == NULL) {
         x->done = true;
         x->status = UCS_OK;
@@ -230,6 +234,9 @@ tdl_status_t gfc_post_recv(gfc_request_t *req, int peer_index, uint32_t step, vo
     x->peer = peer;
     x->recv = true;
     x->slot = slot;
+    x->tag = gfc_tag(req->tag_base, step, peer);
+    x->buf = buf;
+    x->cap = bytes;
     ucp_tag_recv_info_t info = {0};
     /* Recv info is read from the request when it completes: asking for immediate completion
      * would leave the length unreported on some UCX versions. */
@@ -238,12 +245,17 @@ tdl_status_t gfc_post_recv(gfc_request_t *req, int peer_index, uint32_t step, vo
                                                UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
                                .datatype = ucp_dt_make_contig(1),
                                .recv_info.tag_info = &info};
-    void *r = ucp_tag_recv_nbx(rt->worker, buf, bytes, gfc_tag(req->tag_base, step, peer),
-                               (ucp_tag_t)-1, &prm);
+    /* the message itself, or a single copy's descriptor of it (copy.c) */
+    void *r = ucp_tag_recv_nbx(rt->worker, buf, bytes, x->tag, ~GFC_TAG_DESC, &prm);
     if (r == NULL) {
         x->done = true;
         x->status = UCS_OK;
         x->bytes = info.length;
+        if (info.sender_tag & GFC_TAG_DESC) {
+            gfc_copy_arrived(rt, x);
+            if (!x->done)
+                gfc_copy_step(rt, x);
+        }
     } else if (UCS_PTR_IS_ERR(r)) {
         x->done = true;
         x->status = UCS_PTR_STATUS(r);
@@ -301,10 +313,12 @@ tdl_status_t gfc_xfers_poll(gfc_request_t *req,
      * looked at on the next call. */
     for (int i = 0; i < n; i++) {
         gfc_xfer_t x = req->xfers[i];
-        if (!x.done && st == TDL_OK) {
+        if (!x.done && st == TDL_OK && x.copy) {
+            gfc_copy_step(rt, &x);
+        } else if (!x.done && st == TDL_OK) {
             ucs_status_t s;
+            ucp_tag_recv_info_t info = {0};
             if (x.recv) {
-                ucp_tag_recv_info_t info = {0};
                 s = ucp_tag_recv_request_test(x.ucx, &info);
                 x.bytes = info.length;
             } else {
@@ -314,14 +328,22 @@ tdl_status_t gfc_xfers_poll(gfc_request_t *req,
                 x.done = true;
                 x.status = s;
                 xfer_release(rt, &x);
+                if (s == UCS_OK && x.recv && (info.sender_tag & GFC_TAG_DESC)) {
+                    gfc_copy_arrived(rt, &x);
+                    if (!x.done)
+                        gfc_copy_step(rt, &x);
+                }
             }
         }
         if (x.done && st == TDL_OK) {
+            int err = gfc_copy_errno(&x);
+            gfc_copy_release(rt, &x, true);
             if (x.status != UCS_OK) {
                 bool truncated = x.status == UCS_ERR_MESSAGE_TRUNCATED;
                 st = truncated ? TDL_ERR_INVALID_ARG : TDL_ERR_PEER;
-                request_fail(req, st, "%s rank %d failed: %s", x.recv ? "receive from" : "send to",
-                             x.peer, ucs_status_string(x.status));
+                request_fail(req, st, "%s rank %d failed: %s%s%s", x.recv ? "receive from" : "send to",
+                             x.peer, ucs_status_string(x.status),
+                             err ? "; reading its memory: " : "", err ? strerror(err) : "");
             } else if (on_done && (st = on_done(req, &x)) != TDL_OK) {
                 request_fail(req, st, "%s", tdl_error_get());
             }
@@ -343,6 +365,7 @@ static void request_cancel_all(gfc_request_t *req)
     gfc_runtime_t *rt = req->rt;
     for (int i = 0; i < req->nxfers; i++) {
         gfc_xfer_t *x = &req->xfers[i];
+        gfc_copy_release(rt, x, true);
         if (!x->ucx)
             continue;
         ucp_request_cancel(rt->worker, x->ucx);

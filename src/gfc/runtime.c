@@ -9,6 +9,8 @@
 #include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
 
 #include "gfc/gfc_internal.h"
 
@@ -61,9 +63,15 @@ const tdl_param_def_t gfc_params[] = {
      "the rank can owe for seconds after long kernel work, does not silence its keep-alive as "
      "it never would a GPU's host",
      NULL, 0, 0},
+    {"gfc-single-copy", TDL_PARAM_INT, "64k",
+     "messages of at least this many bytes to a rank on the same host go by a single copy: the "
+     "receiver reads them from the sender's memory (process_vm_readv), where shared memory "
+     "copies twice; a rank that cannot read its peer falls back by itself (0: off; doc/gfc.md)",
+     NULL, 0, 1e15},
     {"gfc-cma", TDL_PARAM_BOOL, "false",
-     "single-copy transfers (CMA) between ranks of one host: faster for large messages, but a "
-     "rank dying under one can crash its peer inside UCX 1.13 (doc/failures.md)",
+     "UCX's own single copy (its cma transport) between ranks of one host, in place of "
+     "--gfc-single-copy: a rank dying under one can crash its peer inside UCX 1.13 "
+     "(doc/failures.md)",
      NULL, 0, 0},
 };
 const size_t gfc_nparams = TDL_ARRAY_SIZE(gfc_params);
@@ -82,6 +90,7 @@ void gfc_runtime_config_default(gfc_runtime_config_t *config_out)
     c.dead_after_ms = 1500;
     c.hier_min_bytes = 1 << 20;
     c.hier_piece_bytes = 16 << 20;
+    c.single_copy_min = 64 << 10;
     *config_out = c;
 }
 
@@ -102,6 +111,7 @@ tdl_status_t gfc_runtime_config_from_params(const tdl_params_t *params,
     c.keepalive_ms = tdl_param_int(params, "gfc-keepalive-ms");
     c.dead_after_ms = tdl_param_int(params, "gfc-dead-after-ms");
     c.cma = tdl_param_bool(params, "gfc-cma");
+    c.single_copy_min = c.cma ? 0 : (size_t)tdl_param_int(params, "gfc-single-copy");
     c.hier_min_bytes = (size_t)tdl_param_int(params, "gfc-hier-min");
     c.hier_piece_bytes = (size_t)tdl_param_int(params, "gfc-hier-piece");
     const char *hosts = tdl_param_str(params, "gfc-hosts");
@@ -150,6 +160,16 @@ static void runtime_card_fill(gfc_peer_card_t *card)
     }
     memcpy(card->host, &h1, 8);
     memcpy(card->host + 8, &h2, 8);
+}
+
+/* A word no other process holds at the same address: what a peer reads back to know it can
+ * read this rank's memory (copy.c). */
+static uint64_t runtime_cookie(void)
+{
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t)sizeof(v))
+        v = tdl_clock_ns() ^ ((uint64_t)getpid() << 32);
+    return gfc_mix64(v) | 1;
 }
 
 static tdl_status_t ucx_error(ucs_status_t s, const char *what)
@@ -277,6 +297,15 @@ tdl_status_t gfc_runtime_create(const gfc_runtime_config_t *config, gfc_runtime_
     runtime_card_fill(&card);
     card.addr_len = (uint32_t)addr_len;
     card.live_len = (uint32_t)live_len;
+    rt->cookie = runtime_cookie();
+    card.cookie = rt->cookie;
+    card.cookie_addr = (uint64_t)(uintptr_t)&rt->cookie;
+    if (getenv("TIDAL_GFC_TEST_COOKIE_SKEW")) /* tests: every peer's probe of this rank fails */
+        card.cookie ^= 1;
+    /* Yama's ptrace_scope 1 lets only ancestors read a process: a peer's single copy needs
+     * more (Open MPI's vader does the same). Harmless where Yama is absent. */
+    if (rt->config.single_copy_min > 0)
+        (void)prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
     unsigned char *blob = malloc(sizeof(card) + addr_len + live_len);
     if (!blob) {
         ucp_worker_release_address(rt->worker, addr);
@@ -302,7 +331,11 @@ tdl_status_t gfc_runtime_create(const gfc_runtime_config_t *config, gfc_runtime_
     }
     rt->peer_pid = calloc((size_t)rt->size, sizeof(*rt->peer_pid));
     rt->peer_local = calloc((size_t)rt->size, sizeof(*rt->peer_local));
-    if (!rt->peer_pid || !rt->peer_local) {
+    rt->peer_cookie = calloc((size_t)rt->size, sizeof(*rt->peer_cookie));
+    rt->peer_cookie_addr = calloc((size_t)rt->size, sizeof(*rt->peer_cookie_addr));
+    rt->peer_copy = calloc((size_t)rt->size, sizeof(*rt->peer_copy));
+    if (!rt->peer_pid || !rt->peer_local || !rt->peer_cookie || !rt->peer_cookie_addr ||
+        !rt->peer_copy) {
         st = tdl_error_raise(TDL_ERR_NOMEM, "gfc: out of memory");
         goto err_addrs;
     }
@@ -336,6 +369,8 @@ tdl_status_t gfc_runtime_create(const gfc_runtime_config_t *config, gfc_runtime_
         rt->live_addrs[r] = rt->addrs.data + rt->addrs.off[r] + sizeof(pc) + pc.addr_len;
         rt->peer_pid[r] = (int)pc.pid;
         rt->peer_local[r] = memcmp(pc.host, card.host, sizeof(card.host)) == 0;
+        rt->peer_cookie[r] = pc.cookie;
+        rt->peer_cookie_addr[r] = pc.cookie_addr;
         local_ranks += rt->peer_local[r];
         memcpy(host_ids[r], pc.host, 16);
     }
@@ -360,6 +395,9 @@ err_hosts:
 err_topo:
     gfc_hosts_free(rt);
 err_addrs:
+    free(rt->peer_copy);
+    free(rt->peer_cookie_addr);
+    free(rt->peer_cookie);
     free(rt->peer_local);
     free(rt->peer_pid);
     tdl_blobs_free(&rt->addrs);
@@ -440,6 +478,9 @@ void gfc_runtime_destroy(gfc_runtime_t *rt)
         free(rt->cache[i].buf);
     tdl_blobs_free(&rt->addrs);
     gfc_hosts_free(rt);
+    free(rt->peer_copy);
+    free(rt->peer_cookie_addr);
+    free(rt->peer_cookie);
     free(rt->peer_local);
     free(rt->peer_pid);
     free(rt->ep_failed_ns);
@@ -474,6 +515,8 @@ void gfc_runtime_stats(const gfc_runtime_t *rt, gfc_stats_t *stats_out)
         .ucx_requests_live = rt->ucx_requests_live,
         .collectives = rt->collectives,
         .bytes_sent = rt->bytes_sent,
+        .single_copies = rt->single_copies,
+        .single_copy_fallbacks = rt->single_copy_fallbacks,
     };
     *stats_out = s;
 }

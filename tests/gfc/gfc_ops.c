@@ -1257,6 +1257,21 @@ int main(int argc, char **argv)
                    "stats count no traffic: %" PRIu64 " collectives, %" PRIu64 " bytes",
                    stats.collectives, stats.bytes_sent);
     harness_point(&h, "no request live at the end; stats count collectives and bytes");
+    /* TIDAL_TEST_SINGLE_COPY=read|fallback|none: which way large messages within the host
+     * went, over the world (the results above were checked either way) */
+    const char *want = getenv("TIDAL_TEST_SINGLE_COPY");
+    if (want && *want) {
+        int64_t n[2] = {(int64_t)stats.single_copies, (int64_t)stats.single_copy_fallbacks};
+        mref_world_allreduce_i64(&n[0], MREF_OP_SUM);
+        mref_world_allreduce_i64(&n[1], MREF_OP_SUM);
+        bool ok = !strcmp(want, "read")       ? n[0] > 0 && n[1] == 0
+                  : !strcmp(want, "fallback") ? n[0] == 0 && n[1] > 0
+                                              : n[0] == 0 && n[1] == 0;
+        harness_expect(&h, ok, "single copies %" PRId64 ", fallbacks %" PRId64 " (wanted %s)",
+                       n[0], n[1], want);
+        harness_point(&h, "large messages within the host went by single copy as set (%s)",
+                      want);
+    }
     /* every rank sent to itself in the send/recv ring of its own group */
     harness_expect(&h, stats.endpoints <= (size_t)h.size - 1, "%zu endpoints for %d ranks",
                    stats.endpoints, h.size);

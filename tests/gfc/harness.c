@@ -62,6 +62,9 @@ tdl_status_t harness_init(harness_t *h, int *argc, char ***argv, int64_t timeout
     env = getenv("TIDAL_GFC_KEEPALIVE_CGROUP"); /* tools/cluster's: beside the devices */
     if (env && *env)
         snprintf(h->config.keepalive_cgroup, sizeof(h->config.keepalive_cgroup), "%s", env);
+    env = getenv("TIDAL_GFC_SINGLE_COPY"); /* bytes; 0: off */
+    if (env && *env)
+        h->config.single_copy_min = (size_t)strtoull(env, NULL, 10);
     env = getenv("TIDAL_GFC_HIER_MIN");
     if (env && *env)
         h->config.hier_min_bytes = (size_t)strtoull(env, NULL, 10);

@@ -11,10 +11,19 @@ export TIDAL_GFC_TIMEOUT_MS
 pass_env="-x TIDAL_GFC_TIMEOUT_MS"
 [ -n "$TIDAL_TEST_SEED" ] && pass_env="$pass_env -x TIDAL_TEST_SEED"
 
-for np in 2 3 4 8; do
+# Large messages within the host (all of them here) by each of gfc's ways, checked against MPI
+# alike: shared memory's copies (single copy off), the single copy from 1 KiB (odd sizes, ring
+# chunks, butterfly halves), its fallback where the receiver cannot read the sender (every probe
+# made to fail), and the default (64 KiB).
+for run in "2 0 none" "3 1024 fallback" "4 1024 read" "8 65536 read"; do
+    set -- $run
+    np=$1
     t0=`date +%s`
-    tidal_mpirun $np $pass_env "$prog" >"$tmp.out" 2>"$tmp.err"; rc=$?
-    relay "np=$np" "$tmp.out" $rc
+    skew=; [ $3 = fallback ] && skew="-x TIDAL_GFC_TEST_COOKIE_SKEW=1"
+    TIDAL_GFC_SINGLE_COPY=$2 TIDAL_TEST_SINGLE_COPY=$3 tidal_mpirun $np $pass_env $skew \
+        -x TIDAL_GFC_SINGLE_COPY -x TIDAL_TEST_SINGLE_COPY "$prog" >"$tmp.out" 2>"$tmp.err"
+    rc=$?
+    relay "np=$np, single copy $2 ($3)" "$tmp.out" $rc
     diag "np=$np: `expr \`date +%s\` - $t0` s"
 done
 done_testing
