@@ -25,9 +25,10 @@
 #define COPY_DESC_MAGIC 0x67666331636f7079ull /* "gfc1copy" */
 
 /* A receiver reads at most this much per pass of the progress engine, so that its other
- * transfers (TCP to other hosts above all) move between pieces: a 32 MiB read at a quarter of
- * a core takes 25 ms, long enough for a socket to fill and its sender to stop. */
-#define COPY_PIECE (512u << 10)
+ * transfers move between pieces however large a message is. Pieces of 512 KiB read 7-25% slower
+ * than 8 MiB on the 8-device all-to-all (bench/run gfc-alltoall, 64 and 256 MiB, 3 runs each,
+ * doc/gfc.md); 8 MiB read as fast as whole messages. */
+#define COPY_PIECE (8u << 20)
 
 enum { COPY_ACK_OK = 1, COPY_ACK_TRUNCATED = 2, COPY_ACK_NACK = 3 };
 

@@ -302,6 +302,7 @@ tdl_status_t gfc_transports_query(char *buf, size_t size);
 /* The UCX transports that carry tag messages (every gfc send) to world rank `peer`, as UCX
  * names them: the distinct "tl/device" of the endpoint's lanes, in lane order, joined by '+':
  * "sysv/memory+cma/memory" (eager by shared memory, rendezvous by CMA), "tcp/eth0",
+ * "sysv/memory+gfc/copy" (large messages by gfc's own single copy, --gfc-single-copy),
  * "self/memory0+cma/memory" to the caller itself. Read from ucp_ep_print_info: the lanes its
  * protocol table for tagged messages names (protocol v2, gfc's default), else
  * (UCX_PROTO_ENABLE=n) those marked for active messages or tag offload and the first rendezvous

@@ -301,7 +301,13 @@ tdl_status_t gfc_peer_transport(gfc_runtime_t *rt, int peer, char *buf, size_t s
     ep_info_t info;
     ep_info_parse(&info, text);
     free(text);
-    return ep_info_format(&info, peer, buf, size);
+    if ((st = ep_info_format(&info, peer, buf, size)) != TDL_OK)
+        return st;
+    /* gfc's own single copy carries large messages to this peer (copy.c) */
+    size_t used = strlen(buf);
+    if (peer != rt->rank && gfc_copy_applies(rt, peer, SIZE_MAX) && used + 9 < size)
+        snprintf(buf + used, size - used, "+gfc/copy");
+    return TDL_OK;
 }
 
 const char *gfc_ucx_version(void)

@@ -62,6 +62,12 @@ summary='^transports: within hosts: [^ ]*(posix|sysv|cma)/[^ ]* \| between hosts
 check "np=3 --transports: summary within hosts only" \
     [ "`printf '%s\n' "$out" | grep -Ec "$summary"`" = 1 ]
 
+check "np=3 --transports: large messages by gfc's single copy on every pair" \
+    [ "`printf '%s\n' "$tls" | grep -c '+gfc/copy$'`" = 6 ]
+out=`tidal_mpirun 3 -x TIDAL_GFC_SINGLE_COPY=0 "$TIDAL" info --transports 2>/dev/null`
+n_copy=`tls_of "$out" | grep -c 'gfc/copy'`; n_tls=`tls_of "$out" | wc -l`
+check "np=3 --gfc-single-copy 0: none of $n_tls pairs names it" [ "$n_copy.$n_tls" = 0.6 ]
+
 # With UCX restricted to tcp the same ranks on the same host report tcp: the report is UCX's
 # choice, not a guess from host names.
 out=`tidal_mpirun 3 -x UCX_TLS=tcp,self "$TIDAL" info --transports 2>/tmp/tidal-info-err.$$`; rc=$?
@@ -73,7 +79,8 @@ check "np=3 UCX_TLS=tcp,self: each ordered pair once: $got" [ "$got" = "$all_pai
 tls=`tls_of "$out"`
 check "np=3 UCX_TLS=tcp,self: every pair reports tcp" \
     [ "`printf '%s\n' "$tls" | grep -c '^tcp/'`" = 6 ]
-check "np=3 UCX_TLS=tcp,self: and nothing but tcp" \
-    [ "`printf '%s\n' "$tls" | tr '+' '\n' | grep -vc '^tcp/'`" = 0 ]
+# gfc's own single copy is not UCX's: UCX_TLS leaves it on (--gfc-single-copy 0 turns it off)
+check "np=3 UCX_TLS=tcp,self: and nothing but tcp from UCX" \
+    [ "`printf '%s\n' "$tls" | tr '+' '\n' | grep -v '^gfc/copy$' | grep -vc '^tcp/'`" = 0 ]
 rm -f /tmp/tidal-info-err.$$
 done_testing
