@@ -36,6 +36,7 @@ typedef struct copy_desc {
     uint64_t magic;
     uint64_t addr;
     uint64_t len;
+    uint64_t id; /* the sender's count of single copies: its answer's and data's tags */
 } copy_desc_t;
 
 /* What one transfer by single copy holds apart from gfc_xfer_t (which moves as its request's
@@ -55,14 +56,17 @@ struct gfc_copy {
     size_t done;   /* COPY_RECV_READING: bytes read */
 };
 
-static uint64_t copy_ack_tag(uint64_t tag)
+/* Answers and fallback data travel on tags of the message's tag and the descriptor's id: two
+ * messages on one tag (point-to-point allows it) are read in any order, and each answer must
+ * reach the send it belongs to. */
+static uint64_t copy_ack_tag(uint64_t tag, uint64_t id)
 {
-    return (gfc_mix64(tag ^ 0x61636b6e6f776c65ull) & GFC_TAG_MASK) | GFC_TAG_CTRL;
+    return (gfc_mix64(tag ^ gfc_mix64(id ^ 0x61636b6e6f776c65ull)) & GFC_TAG_MASK) | GFC_TAG_CTRL;
 }
 
-static uint64_t copy_data_tag(uint64_t tag)
+static uint64_t copy_data_tag(uint64_t tag, uint64_t id)
 {
-    return (gfc_mix64(tag ^ 0x6461746166616c6cull) & GFC_TAG_MASK) | GFC_TAG_CTRL;
+    return (gfc_mix64(tag ^ gfc_mix64(id ^ 0x6461746166616c6cull)) & GFC_TAG_MASK) | GFC_TAG_CTRL;
 }
 
 static void copy_track(gfc_runtime_t *rt, void **slot, void *r, ucs_status_t *status)
@@ -113,7 +117,7 @@ tdl_status_t gfc_copy_send(gfc_runtime_t *rt, gfc_xfer_t *x, ucp_ep_h ep, const 
     struct gfc_copy *c = calloc(1, sizeof(*c));
     if (!c)
         return tdl_error_raise(TDL_ERR_NOMEM, "gfc: out of memory");
-    c->desc = (copy_desc_t){COPY_DESC_MAGIC, (uint64_t)(uintptr_t)buf, bytes};
+    c->desc = (copy_desc_t){COPY_DESC_MAGIC, (uint64_t)(uintptr_t)buf, bytes, ++rt->copy_seq};
     c->phase = COPY_SEND_WAIT;
     x->copy = c;
     ucs_status_t s;
@@ -122,7 +126,8 @@ tdl_status_t gfc_copy_send(gfc_runtime_t *rt, gfc_xfer_t *x, ucp_ep_h ep, const 
                                               UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
                               .datatype = ucp_dt_make_contig(1)};
     copy_track(rt, &x->ucx, ucp_tag_recv_nbx(rt->worker, &c->word, sizeof(c->word),
-                                              copy_ack_tag(tag), (ucp_tag_t)-1, &rp),
+                                              copy_ack_tag(tag, c->desc.id), (ucp_tag_t)-1,
+                                              &rp),
                &s);
     if (s != UCS_INPROGRESS) {
         x->done = true;
@@ -190,7 +195,9 @@ static void copy_answer(gfc_runtime_t *rt, gfc_xfer_t *x, uint64_t word)
                               .datatype = ucp_dt_make_contig(1)};
     ucs_status_t s;
     copy_track(rt, &c->side,
-               ucp_tag_send_nbx(ep, &c->word, sizeof(c->word), copy_ack_tag(x->tag), &sp), &s);
+               ucp_tag_send_nbx(ep, &c->word, sizeof(c->word), copy_ack_tag(x->tag, c->desc.id),
+                                &sp),
+               &s);
     if (s != UCS_OK && s != UCS_INPROGRESS)
         x->status = s;
 }
@@ -214,6 +221,7 @@ void gfc_copy_arrived(gfc_runtime_t *rt, gfc_xfer_t *x)
     x->copy = c;
     x->done = false;
     x->status = UCS_OK;
+    c->desc = d;
     if (d.len > x->cap) {
         /* as UCX does: the sender's send completes, this receive fails as truncated */
         copy_answer(rt, x, COPY_ACK_TRUNCATED);
@@ -231,13 +239,13 @@ void gfc_copy_arrived(gfc_runtime_t *rt, gfc_xfer_t *x)
                                   .datatype = ucp_dt_make_contig(1)};
         ucs_status_t s;
         copy_track(rt, &x->ucx, ucp_tag_recv_nbx(rt->worker, x->buf, x->cap,
-                                                  copy_data_tag(x->tag), (ucp_tag_t)-1, &rp),
+                                                  copy_data_tag(x->tag, d.id), (ucp_tag_t)-1,
+                                                  &rp),
                    &s);
         if (s != UCS_INPROGRESS && x->status == UCS_OK)
             x->status = s == UCS_OK ? UCS_ERR_IO_ERROR : s;
         return;
     }
-    c->desc = d;
     x->bytes = d.len;
     c->phase = COPY_RECV_READING;
 }
@@ -310,7 +318,7 @@ void gfc_copy_step(gfc_runtime_t *rt, gfc_xfer_t *x)
                                   .datatype = ucp_dt_make_contig(1)};
         copy_track(rt, &x->ucx,
                    ucp_tag_send_nbx(ep, (const void *)(uintptr_t)c->desc.addr, c->desc.len,
-                                    copy_data_tag(x->tag), &sp),
+                                    copy_data_tag(x->tag, c->desc.id), &sp),
                    &s);
         if (s == UCS_INPROGRESS)
             return;

@@ -72,6 +72,7 @@ struct gfc_runtime {
     uint64_t *peer_cookie_addr;
     unsigned char *peer_copy;    /* [size]: GFC_COPY_* bits */
     uint64_t cookie;             /* this rank's own, published at start-up */
+    uint64_t copy_seq;           /* single copies sent so far (their descriptors' ids) */
     int *host_of;                /* [size]: each rank's host, by its lowest rank (topo.c) */
     int nhosts;
     unsigned *host_mark;         /* [nhosts]: gfc_group_hosts' scratch, stamped, never cleared */

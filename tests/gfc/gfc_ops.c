@@ -341,6 +341,52 @@ static tdl_status_t poll_done(harness_t *h, gfc_request_t *req, bool *done)
     return *done ? TDL_OK : TDL_ERR_TIMEOUT;
 }
 
+/* Two messages on one tag to one peer, a large one (four pieces of a single copy's read) and a
+ * small one that is read first: each send completes only once its own data is across, so the
+ * sender may overwrite the large buffer as soon as its send is done. */
+static void test_p2p_same_tag(harness_t *h, ops_group_t *G)
+{
+    int n = G->n, me = G->g.me;
+    int next = (me + 1) % n, prev = (me + n - 1) % n;
+    uint64_t key = ops_key(G);
+    const size_t len[2] = {(24u << 20) + 1, 100000};
+    unsigned char *s[2], *r[2], *want[2];
+    gfc_request_t *sreq[2] = {NULL, NULL}, *rreq[2] = {NULL, NULL};
+    for (int t = 0; t < 2; t++) {
+        s[t] = harness_xmalloc(len[t]);
+        r[t] = harness_xmalloc(len[t]);
+        want[t] = harness_xmalloc(len[t]);
+        fill(s[t], len[t], GFC_DT_BYTE, h->seed, key + (uint64_t)t * 104729, G->ranks[me]);
+        fill(want[t], len[t], GFC_DT_BYTE, h->seed, key + (uint64_t)t * 104729, G->ranks[prev]);
+    }
+    tdl_status_t st = TDL_OK;
+    for (int t = 0; t < 2 && st == TDL_OK; t++)
+        st = gfc_recv_start(&G->g, prev, 13, r[t], len[t], &rreq[t]);
+    for (int t = 0; t < 2 && st == TDL_OK; t++)
+        st = gfc_send_start(&G->g, next, 13, s[t], len[t], &sreq[t]);
+    if (harness_expect_status(h, st, TDL_OK, "two sends and receives on one tag")) {
+        st = gfc_request_wait(sreq[0]);
+        sreq[0] = NULL;
+        memset(s[0], 0xaa, len[0]); /* the send is done: its buffer is the caller's again */
+        harness_expect_status(h, st, TDL_OK, "the large send");
+        harness_expect_status(h, gfc_request_wait(sreq[1]), TDL_OK, "the small send");
+        sreq[1] = NULL;
+        st = gfc_request_wait_all(rreq, 2);
+        rreq[0] = rreq[1] = NULL;
+        if (harness_expect_status(h, st, TDL_OK, "the two receives"))
+            for (int t = 0; t < 2; t++)
+                harness_expect(h, memcmp(r[t], want[t], len[t]) == 0,
+                               "one tag, message %d of %zu bytes: payload differs", t, len[t]);
+    }
+    for (int t = 0; t < 2; t++) {
+        gfc_request_free(rreq[t]);
+        gfc_request_free(sreq[t]);
+        free(s[t]);
+        free(r[t]);
+        free(want[t]);
+    }
+}
+
 static void test_p2p(ops_t *o, ops_group_t *G)
 {
     harness_t *h = o->h;
@@ -419,6 +465,7 @@ static void test_p2p(ops_t *o, ops_group_t *G)
         free(r[t]);
         free(want[t]);
     }
+    test_p2p_same_tag(h, G);
 }
 
 /* ---- barrier ------------------------------------------------------------------------------- */
@@ -1225,7 +1272,8 @@ int main(int argc, char **argv)
     map_flags(&o);
     open_groups(&o);
 
-    run_on_groups(&o, test_p2p, "send/recv ring of 0, 1, 8 KiB, 1 MiB+3 bytes; tags out of order");
+    run_on_groups(&o, test_p2p, "send/recv ring of 0, 1, 8 KiB, 1 and 17 MiB+3 bytes; tags out of "
+                                "order; two messages on one tag");
     run_on_groups(&o, test_barrier, "barrier x3: nobody leaves before every member entered");
     run_on_groups(&o, test_bcast, "bcast from every root");
     run_on_groups(&o, test_gather, "gather to first, middle, last member");
