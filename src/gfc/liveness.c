@@ -62,6 +62,7 @@ struct gfc_live {
     pthread_t thread;
     bool running;
     atomic_bool stop;
+    atomic_bool started; /* the thread has joined its cgroup (gfc_live_start waits for it) */
     uint64_t period_ns, dead_after_ns;
     atomic_int gossip_pending; /* deaths this rank declared and has not yet told everyone */
 };
@@ -432,6 +433,7 @@ static void *live_main(void *arg)
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL);
     live_join_cgroup(lv);
+    atomic_store(&lv->started, true);
     uint64_t now = tdl_clock_ns(), last = now, next_hello = now;
     for (int r = 0; r < rt->size; r++)
         lv->peers[r].heard_ns = now;
@@ -518,6 +520,14 @@ tdl_status_t gfc_live_start(gfc_runtime_t *rt)
     /* named, for ps -L, top -H and the tests that find it */
     (void)pthread_setname_np(lv->thread, "gfc-keepalive");
     lv->running = true;
+    /* The runtime is up once its keep-alive runs where it should: a device starved right after
+     * the start (its quota owed) would otherwise hold the thread inside it (seen in CI under
+     * load: the thread still in its device's cgroup when the runtime returned). Bounded. */
+    uint64_t deadline = tdl_clock_ns() + 2000000000ull;
+    while (!atomic_load(&lv->started) && tdl_clock_ns() < deadline) {
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = 100000};
+        nanosleep(&ts, NULL);
+    }
     return TDL_OK;
 }
 
