@@ -6,12 +6,12 @@
  * transfers trips an assertion inside UCX and kills the survivor too. Here a read from a dead
  * peer is a failed system call, reported as that peer's failure like any other.
  *
- *   sender                                   receiver (its receive ignores GFC_TAG_DESC)
- *   tag T | DESC: {magic, addr, len}  --->   reads len bytes at addr of the sender's pid
- *   (its buffer stays put)            <---   ACK(T): OK, or TRUNCATED (its buffer was short)
- *   done                                     done once the answer has left
+ *   sender                                    receiver (its receive ignores GFC_TAG_DESC)
+ *   tag T | DESC: {magic, addr, len, id} --->  reads len bytes at addr of the sender's pid
+ *   (its buffer stays put)               <---  ACK(T, id): OK, or TRUNCATED (its buffer was short)
+ *   done                                       done once the answer has left
  * A receiver that cannot read this sender (no permission, another pid namespace: a probe of the
- * sender's cookie tells) answers NACK; the sender then sends the data itself, on DATA(T), and
+ * sender's cookie tells) answers NACK; the sender then sends the data itself, on DATA(T, id), and
  * sends to that peer as usual from then on. */
 #include "config.h"
 
@@ -103,12 +103,6 @@ bool gfc_copy_applies(const gfc_runtime_t *rt, int peer, size_t bytes)
     return rt->config.single_copy_min > 0 && bytes >= rt->config.single_copy_min &&
            bytes >= sizeof(copy_desc_t) && peer != rt->rank && rt->peer_local[peer] &&
            !(rt->peer_copy[peer] & GFC_COPY_SEND_OFF);
-}
-
-static void copy_free(gfc_xfer_t *x)
-{
-    free(x->copy);
-    x->copy = NULL;
 }
 
 tdl_status_t gfc_copy_send(gfc_runtime_t *rt, gfc_xfer_t *x, ucp_ep_h ep, const void *buf,
@@ -248,6 +242,7 @@ void gfc_copy_arrived(gfc_runtime_t *rt, gfc_xfer_t *x)
     }
     x->bytes = d.len;
     c->phase = COPY_RECV_READING;
+    gfc_copy_step(rt, x); /* the first piece at once */
 }
 
 /* The next piece of a single copy's read; the answer once all of it is in. */
@@ -362,7 +357,7 @@ void gfc_copy_release(gfc_runtime_t *rt, gfc_xfer_t *x, bool cancel)
             rt->ucx_requests_live--;
         }
     }
-    c->side = NULL;
     x->ucx = NULL;
-    copy_free(x);
+    free(c);
+    x->copy = NULL;
 }

@@ -181,7 +181,8 @@ bool gfc_copy_applies(const gfc_runtime_t *rt, int peer, size_t bytes);
 tdl_status_t gfc_copy_send(gfc_runtime_t *rt, gfc_xfer_t *x, ucp_ep_h ep, const void *buf,
                            size_t bytes, uint64_t tag);
 /* A receive completed with a descriptor (its sender tag had GFC_TAG_DESC; x->bytes is what
- * arrived, x->ucx released): reads the data into x->buf and answers. */
+ * arrived, x->ucx released): starts reading the data into x->buf (its first piece at once);
+ * gfc_copy_step reads the rest and answers. */
 void gfc_copy_arrived(gfc_runtime_t *rt, gfc_xfer_t *x);
 /* Advances a transfer that has a copy state; sets x->done, status and bytes at its end. */
 void gfc_copy_step(gfc_runtime_t *rt, gfc_xfer_t *x);

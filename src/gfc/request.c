@@ -2,7 +2,6 @@
  * steps every outstanding request, and the bounded wait. */
 #include "config.h"
 
-#include <errno.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -251,11 +250,8 @@ tdl_status_t gfc_post_recv(gfc_request_t *req, int peer_index, uint32_t step, vo
         x->done = true;
         x->status = UCS_OK;
         x->bytes = info.length;
-        if (info.sender_tag & GFC_TAG_DESC) {
+        if (info.sender_tag & GFC_TAG_DESC)
             gfc_copy_arrived(rt, x);
-            if (!x->done)
-                gfc_copy_step(rt, x);
-        }
     } else if (UCS_PTR_IS_ERR(r)) {
         x->done = true;
         x->status = UCS_PTR_STATUS(r);
@@ -328,11 +324,8 @@ tdl_status_t gfc_xfers_poll(gfc_request_t *req,
                 x.done = true;
                 x.status = s;
                 xfer_release(rt, &x);
-                if (s == UCS_OK && x.recv && (info.sender_tag & GFC_TAG_DESC)) {
+                if (s == UCS_OK && x.recv && (info.sender_tag & GFC_TAG_DESC))
                     gfc_copy_arrived(rt, &x);
-                    if (!x.done)
-                        gfc_copy_step(rt, &x);
-                }
             }
         }
         if (x.done && st == TDL_OK) {
