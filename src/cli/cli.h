@@ -42,7 +42,7 @@ extern const cli_command_t cli_cmd_run;
 extern const tdl_param_def_t cli_serve_params[CLI_SERVE_NPARAMS];
 /* the training parameters of tidal train and tidal run (each has its own steps, batch,
  * micro-batch and output ones, whose defaults differ) */
-#define CLI_TRAIN_NPARAMS 13
+#define CLI_TRAIN_NPARAMS 14
 extern const tdl_param_def_t cli_train_params[CLI_TRAIN_NPARAMS];
 /* Reads them (and batch, micro-batch and the steps parameter named `steps`) into *o, checking
  * the model and resolution: CLI_EXIT_OK, or CLI_EXIT_USAGE after printing why. */

@@ -12,6 +12,10 @@ const tdl_param_def_t cli_train_params[CLI_TRAIN_NPARAMS] = {
      NULL, 1, 0},
     {"data", TDL_PARAM_STRING, "fmnist",
      "'fmnist' (Debian's dataset-fashion-mnist) or an HDF5 data set (doc/data.md)", NULL, 1, 0},
+    {"latent", TDL_PARAM_BOOL, "false",
+     "train on the VAE's latents: --data must hold /latents (tidal encode's output, doc/vae.md); "
+     "such a file is read as latents with or without this flag, which refuses an image data set",
+     NULL, 0, 0},
     {"resolution", TDL_PARAM_INT, "0", "training resolution (0: the data set's, 32 for fmnist)",
      NULL, 0, 4096},
     {"lr", TDL_PARAM_DOUBLE, "1e-3", "AdamW learning rate", NULL, 0, 1},
@@ -41,6 +45,7 @@ int cli_train_opts(tdl_params_t *params, const char *steps, train_opts_t *o)
     *o = (train_opts_t){
         .model = tdl_param_str(params, "model"),
         .data = tdl_param_str(params, "data"),
+        .latent = tdl_param_bool(params, "latent"),
         .resolution = (int)tdl_param_int(params, "resolution"),
         .steps = tdl_param_int(params, steps),
         .batch = (int)tdl_param_int(params, "batch"),

@@ -203,6 +203,7 @@ void train_ema_update(float *ema, const float *params, size_t n, float decay);
 typedef struct train_opts {
     const char *model;      /* DiT configuration name (dit_config_named) */
     const char *data;       /* "fmnist" or the path of an HDF5 data set */
+    bool latent;            /* the data set must hold latents (tidal encode's /latents) */
     int resolution;         /* 0: the data set's base resolution */
     int64_t steps;
     int batch;              /* global batch, images per step */

@@ -78,6 +78,14 @@ tdl_status_t train_trainer_create_with_data(const train_opts_t *o, train_dataset
         if ((st = train_codec_create_config(o->allreduce, &cc, o->seed, &tr->codec)) != TDL_OK)
             goto err;
     }
+    if (o->latent && !train_dataset_is_latent(tr->data)) {
+        st = tdl_error_raise(TDL_ERR_MISMATCH,
+                             "--latent: data set '%s' holds images, not latents; make a latent "
+                             "data set of it with `tidal encode --data %s --vae VAE.h5 -o "
+                             "latents.h5` (doc/vae.md) and train on that",
+                             o->data, o->data);
+        goto err;
+    }
     if (train_dataset_channels(tr->data) != cfg.in_channels ||
         train_dataset_num_classes(tr->data) > cfg.num_classes) {
         st = tdl_error_raise(TDL_ERR_MISMATCH,

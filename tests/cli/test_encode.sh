@@ -83,11 +83,18 @@ if [ -d /usr/share/datasets/fashion-mnist ]; then
     fi
     "$TIDAL" encode --data fmnist --limit 5 --resolution 16 --vae random:3 --latent mean \
         -o "$dir/fm_mean.h5" >/dev/null 2>&1
-    "$TIDAL" train --data "$dir/fm.h5" --model DiT-S/2 --steps 1 --batch 2 --micro-batch 2 \
-        --val-every 0 --out "$dir/tr" >"$dir/tr.out" 2>&1; rc=$?
-    check "tidal train --data latents.h5 (DiT-S/2, 4 channels) trains a step (rc=$rc)" \
+    "$TIDAL" train --latent --data "$dir/fm.h5" --model DiT-S/2 --steps 1 --batch 2 \
+        --micro-batch 2 --val-every 0 --out "$dir/tr" >"$dir/tr.out" 2>&1; rc=$?
+    check "tidal train --latent --data latents.h5 (DiT-S/2, 4 channels) trains a step (rc=$rc)" \
         sh -c "[ $rc = 0 ] && [ -s '$dir/tr/model.h5' ]"
     [ $rc = 0 ] || tail -n 5 "$dir/tr.out" | sed 's/^/# /'
+    # --latent refuses a data set of images, naming it and the way to latents
+    "$TIDAL" train --latent --data fmnist --model fmnist --steps 1 --batch 2 --val-every 0 \
+        --out "$dir/tr_img" >"$dir/tr_img.out" 2>&1; rc=$?
+    check "tidal train --latent --data fmnist: refused, naming tidal encode (rc=$rc)" \
+        sh -c "[ $rc = 1 ] && grep -q \"data set 'fmnist' holds images, not latents\" \
+            '$dir/tr_img.out' && grep -q 'tidal encode --data fmnist' '$dir/tr_img.out' &&
+            [ ! -e '$dir/tr_img/model.h5' ]"
     if "$py" -c 'import h5py' >/dev/null 2>&1; then
         out=`"$py" - "$dir" <<'PY'
 import sys, gzip, h5py, numpy as np
