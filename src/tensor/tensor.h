@@ -21,15 +21,22 @@ void tensor_arena_reset(tensor_arena_t *arena);
 /* 64-byte aligned, zeroed, in huge pages from 32 MiB (advised); free with free(). */
 float *tensor_alloc(size_t n);
 
-/* out[N,O] = in[N,I] W[O,I]^T (+ bias[O]); W is row-major as in PyTorch's nn.Linear. In
- * products of `group` rows each (0: one product of all N; N a multiple of it otherwise): a BLAS
- * sums a row by the shape of its product (OpenBLAS's Haswell kernels sum the rows past the last
- * multiple of 12, and products of 1 to 3 rows, differently), so a row's result depends on the
- * rows beside it unless every product has the same shape. The DiT's forward makes one product
- * an image (an image's tokens, or one row for its conditioning), so that an image comes out the
- * same whatever batch it is in. Products of one row are matrix-vector products (cblas_sgemv). */
+/* out[N,O] = in[N,I] W[O,I]^T (+ bias[O]); W is row-major as in PyTorch's nn.Linear. Each
+ * `group` of rows comes out as a product of its own would give it (0: one product of all N; N a
+ * multiple of it otherwise): a BLAS sums a row by the shape of its product (OpenBLAS's Haswell
+ * kernels sum the rows past the last multiple of 12, and products of 1 to 3 rows, differently),
+ * so a row's result can depend on the rows beside it. The DiT's forward makes a group of an image
+ * (its tokens, or one row for its conditioning), so that an image comes out the same whatever
+ * batch it is in. Groups share one product, up to 1024 rows, where tensor_rows_invariant says
+ * that changes no byte (W is then packed once for them, not once a group); products of one row
+ * are matrix-vector products (cblas_sgemv). */
 void tensor_linear_forward(float *out, const float *in, const float *weight, const float *bias,
                            int n, int in_dim, int out_dim, int group);
+/* Whether one product of N rows gives every group of `group` rows the bytes of the group's own
+ * product, for this shape on this BLAS: the kernel's tiling decides, not the values, so it is
+ * tried once on random values and remembered (up to 128 shapes; false past them). False with
+ * more than one BLAS thread, whose split of the rows decides too. */
+bool tensor_rows_invariant(int n, int in_dim, int out_dim, int group);
 /* din[N,I] += dout W; dweight[O,I] += dout^T in; dbias[O] += column sums of dout. Any of din,
  * dweight, dbias may be NULL. */
 void tensor_linear_backward(float *din, float *dweight, float *dbias, const float *dout,

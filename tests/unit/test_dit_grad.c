@@ -386,6 +386,40 @@ static void test_linear_products(void)
     free(x), free(w), free(bias), free(y), free(alone);
 }
 
+/* Images of 256 tokens at DiT-S's widths (D 384 -> 1152, 1536 -> 384), three to a product:
+ * each image the bytes of its own product, whether the BLAS lets them share one (OpenBLAS's
+ * AVX-512 kernels) or not (its Haswell kernels, which tile rows in 12s: tests/unit/
+ * test_blas_cores.sh runs this under both). */
+static void test_linear_shared_products(void)
+{
+    const int T256 = 256, NI = 3, dims[2][2] = {{384, 1152}, {1536, 384}};
+    const char *core = tensor_blas_core();
+    for (int s = 0; s < 2; s++) {
+        int in = dims[s][0], out = dims[s][1], n = NI * T256;
+        float *x = randn((size_t)n * in, 1.0f), *w = randn((size_t)out * in, 0.05f);
+        float *bias = randn(out, 0.3f), *y = tensor_alloc((size_t)n * out);
+        float *alone = tensor_alloc((size_t)T256 * out);
+        bool shared = tensor_rows_invariant(n, in, out, T256);
+        diag("%s, %d -> %d, %d images of %d rows: one product %s", core, in, out, NI, T256,
+             shared ? "for all" : "an image");
+        tensor_linear_forward(y, x, w, bias, n, in, out, T256);
+        int differ = 0;
+        for (int i = 0; i < NI; i++) {
+            tensor_linear_forward(alone, x + (size_t)i * T256 * in, w, bias, T256, in, out, T256);
+            differ += memcmp(alone, y + (size_t)i * T256 * out, (size_t)T256 * out * 4) != 0;
+        }
+        ok(differ == 0, "%s, %d -> %d: each of %d images the bytes of its own product (%d differ)",
+           core, in, out, NI, differ);
+        if (!strcmp(core, "SkylakeX") || !strcmp(core, "Cooperlake"))
+            ok(shared, "%s, %d -> %d: the AVX-512 kernels let the images share one product",
+               core, in, out);
+        else if (!strcmp(core, "Haswell"))
+            ok(!shared, "%s, %d -> %d: the Haswell kernels (tiles of 12 rows) do not", core, in,
+               out);
+        free(x), free(w), free(bias), free(y), free(alone);
+    }
+}
+
 /* dit_softmax_rows against exp in double on rows of every length from 1 to 40 (past the 16 lanes
  * of its blocks), large and negative scores included; and a row the same bytes wherever it is. */
 static void test_softmax(void)
@@ -426,6 +460,7 @@ int main(void)
     tdl_rng_init(&rng, 2024, 1);
     test_layers();
     test_linear_products();
+    test_linear_shared_products();
     test_softmax();
     test_patches();
     test_pos_embed();
