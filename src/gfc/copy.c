@@ -38,6 +38,7 @@ typedef struct copy_desc {
     uint64_t len;
     uint64_t id; /* the sender's count of single copies: its answer's and data's tags */
 } copy_desc_t;
+_Static_assert(sizeof(copy_desc_t) == GFC_COPY_DESC_BYTES, "GFC_COPY_DESC_BYTES");
 
 /* What one transfer by single copy holds apart from gfc_xfer_t (which moves as its request's
  * array grows): the buffers UCX reads and writes, and the second UCX request. */
@@ -204,7 +205,7 @@ void gfc_copy_arrived(gfc_runtime_t *rt, gfc_xfer_t *x)
         x->status = UCS_ERR_INVALID_PARAM;
         return;
     }
-    memcpy(&d, x->buf, sizeof(d));
+    memcpy(&d, x->bounce ? x->bounce : x->buf, sizeof(d));
     struct gfc_copy *c = calloc(1, sizeof(*c));
     if (!c || d.magic != COPY_DESC_MAGIC) {
         free(c);

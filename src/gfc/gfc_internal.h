@@ -109,6 +109,8 @@ typedef struct gfc_xfer {
     uint64_t tag;       /* the message's tag (without GFC_TAG_DESC) */
     void *buf;          /* receives: where the data goes, and its room */
     size_t cap;
+    void *bounce;       /* a receive of less room than a descriptor: where UCX puts what comes
+                         * (GFC_COPY_DESC_BYTES, heap), copied to buf or read as a descriptor */
     struct gfc_copy *copy; /* a single copy's state (copy.c), or NULL */
 } gfc_xfer_t;
 
@@ -180,6 +182,11 @@ bool gfc_copy_applies(const gfc_runtime_t *rt, int peer, size_t bytes);
 /* Posts the descriptor of buf and the answer's receive, into x (peer and tag already set). */
 tdl_status_t gfc_copy_send(gfc_runtime_t *rt, gfc_xfer_t *x, ucp_ep_h ep, const void *buf,
                            size_t bytes, uint64_t tag);
+/* The bytes of a single copy's descriptor. A receive with less room than this takes what comes
+ * in a bounce buffer of this size, so that a descriptor too large for it is still read and
+ * answered (TRUNCATED) rather than left to UCX's truncation, which would leave its sender waiting
+ * for an answer until the timeout. */
+#define GFC_COPY_DESC_BYTES 32
 /* A receive completed with a descriptor (its sender tag had GFC_TAG_DESC; x->bytes is what
  * arrived, x->ucx released): starts reading the data into x->buf (its first piece at once);
  * gfc_copy_step reads the rest and answers. */

@@ -221,6 +221,22 @@ tdl_status_t gfc_post_send(gfc_request_t *req, int peer_index, uint32_t step, co
     return TDL_OK;
 }
 
+/* A receive's UCX part completed with status OK (x->ucx released): a descriptor starts the
+ * single copy; a message in the bounce buffer goes to the caller's, or fails as truncated as UCX
+ * would have failed it. */
+static void recv_landed(gfc_runtime_t *rt, gfc_xfer_t *x, const ucp_tag_recv_info_t *info)
+{
+    x->bytes = info->length;
+    if (info->sender_tag & GFC_TAG_DESC)
+        gfc_copy_arrived(rt, x);
+    else if (x->bounce && info->length > x->cap)
+        x->status = UCS_ERR_MESSAGE_TRUNCATED;
+    else if (x->bounce)
+        memcpy(x->buf, x->bounce, info->length);
+    free(x->bounce);
+    x->bounce = NULL;
+}
+
 tdl_status_t gfc_post_recv(gfc_request_t *req, int peer_index, uint32_t step, void *buf,
                            size_t bytes, int slot)
 {
@@ -236,6 +252,16 @@ tdl_status_t gfc_post_recv(gfc_request_t *req, int peer_index, uint32_t step, vo
     x->tag = gfc_tag(req->tag_base, step, peer);
     x->buf = buf;
     x->cap = bytes;
+    void *dst = buf;
+    size_t room = bytes;
+    if (rt->config.single_copy_min > 0 && bytes < GFC_COPY_DESC_BYTES) {
+        if (!(x->bounce = malloc(GFC_COPY_DESC_BYTES))) {
+            req->nxfers--;
+            return tdl_error_raise(TDL_ERR_NOMEM, "gfc: out of memory");
+        }
+        dst = x->bounce;
+        room = GFC_COPY_DESC_BYTES;
+    }
     ucp_tag_recv_info_t info = {0};
     /* Recv info is read from the request when it completes: asking for immediate completion
      * would leave the length unreported on some UCX versions. */
@@ -245,16 +271,16 @@ tdl_status_t gfc_post_recv(gfc_request_t *req, int peer_index, uint32_t step, vo
                                .datatype = ucp_dt_make_contig(1),
                                .recv_info.tag_info = &info};
     /* the message itself, or a single copy's descriptor of it (copy.c) */
-    void *r = ucp_tag_recv_nbx(rt->worker, buf, bytes, x->tag, ~GFC_TAG_DESC, &prm);
+    void *r = ucp_tag_recv_nbx(rt->worker, dst, room, x->tag, ~GFC_TAG_DESC, &prm);
     if (r == NULL) {
         x->done = true;
         x->status = UCS_OK;
-        x->bytes = info.length;
-        if (info.sender_tag & GFC_TAG_DESC)
-            gfc_copy_arrived(rt, x);
+        recv_landed(rt, x, &info);
     } else if (UCS_PTR_IS_ERR(r)) {
         x->done = true;
         x->status = UCS_PTR_STATUS(r);
+        free(x->bounce);
+        x->bounce = NULL;
     } else {
         x->ucx = r;
         rt->ucx_requests_live++;
@@ -324,8 +350,10 @@ tdl_status_t gfc_xfers_poll(gfc_request_t *req,
                 x.done = true;
                 x.status = s;
                 xfer_release(rt, &x);
-                if (s == UCS_OK && x.recv && (info.sender_tag & GFC_TAG_DESC))
-                    gfc_copy_arrived(rt, &x);
+                if (s == UCS_OK && x.recv)
+                    recv_landed(rt, &x, &info);
+                free(x.bounce);
+                x.bounce = NULL;
             }
         }
         if (x.done && st == TDL_OK) {
@@ -371,6 +399,10 @@ static void request_cancel_all(gfc_request_t *req)
         while (x->ucx && ucp_request_check_status(x->ucx) == UCS_INPROGRESS &&
                tdl_clock_ns() < deadline)
             ucp_worker_progress(rt->worker);
+        /* a bounce buffer UCX may still write into (a wedged transport) is left to it */
+        if (!x->ucx || ucp_request_check_status(x->ucx) != UCS_INPROGRESS)
+            free(x->bounce);
+        x->bounce = NULL;
         xfer_release(rt, x);
     }
     req->nxfers = 0;

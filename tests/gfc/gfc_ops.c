@@ -387,6 +387,61 @@ static void test_p2p_same_tag(harness_t *h, ops_group_t *G)
     }
 }
 
+/* Messages larger than their receive's room: the receive fails as truncated, naming it; the send
+ * completes; and the pair's next message on that tag arrives whole. Rooms of 16 bytes (less than
+ * a single copy's descriptor: before the bounce buffer its sender waited for an answer until the
+ * timeout) and 1000; messages of 100 bytes (UCX's eager path) and 100000 (a single copy where
+ * the mode has it, else UCX's rendezvous). */
+static void test_p2p_truncated(harness_t *h, ops_group_t *G)
+{
+    int n = G->n, me = G->g.me;
+    int next = (me + 1) % n, prev = (me + n - 1) % n;
+    const size_t rooms[2] = {16, 1000}, sizes[2] = {100, 100000};
+    for (int ri = 0; ri < 2; ri++)
+        for (int si = 0; si < 2; si++) {
+            size_t room = rooms[ri], size = sizes[si];
+            if (size <= room)
+                continue;
+            uint64_t key = ops_key(G);
+            unsigned char *s = harness_xmalloc(size), *r = harness_xmalloc(size);
+            unsigned char *want = harness_xmalloc(size);
+            fill(s, size, GFC_DT_BYTE, h->seed, key, G->ranks[me]);
+            fill(want, size, GFC_DT_BYTE, h->seed, key, G->ranks[prev]);
+            gfc_request_t *sreq = NULL, *rreq = NULL;
+            tdl_status_t st = gfc_recv_start(&G->g, prev, 14, r, room, &rreq);
+            if (st == TDL_OK)
+                st = gfc_send_start(&G->g, next, 14, s, size, &sreq);
+            if (harness_expect_status(h, st, TDL_OK, "a send larger than its receive: start")) {
+                st = gfc_request_wait(rreq);
+                rreq = NULL;
+                const char *err = tdl_error_get();
+                harness_expect(h, st == TDL_ERR_INVALID_ARG && strstr(err, "truncated") &&
+                                      strstr(err, "receive from rank"),
+                               "%zu bytes into %zu: status %d, '%s' (want a truncated receive "
+                               "naming its rank)",
+                               size, room, (int)st, err);
+                harness_expect_status(h, gfc_request_wait(sreq), TDL_OK,
+                                      "the send of a message its receive truncated");
+                sreq = NULL;
+                /* the pair's next message on the tag arrives whole */
+                size_t got = 0;
+                st = gfc_send_start(&G->g, next, 14, s, size, &sreq);
+                if (st == TDL_OK)
+                    st = gfc_recv(&G->g, prev, 14, r, size, &got);
+                if (harness_expect_status(h, st, TDL_OK, "the message after a truncation"))
+                    harness_expect(h, got == size && memcmp(r, want, size) == 0,
+                                   "after a truncation: %zu of %zu bytes, payload %s", got, size,
+                                   got == size && memcmp(r, want, size) == 0 ? "the same"
+                                                                             : "differs");
+                harness_expect_status(h, gfc_request_wait(sreq), TDL_OK, "its send");
+                sreq = NULL;
+            }
+            gfc_request_free(rreq);
+            gfc_request_free(sreq);
+            free(s), free(r), free(want);
+        }
+}
+
 static void test_p2p(ops_t *o, ops_group_t *G)
 {
     harness_t *h = o->h;
@@ -466,6 +521,7 @@ static void test_p2p(ops_t *o, ops_group_t *G)
         free(want[t]);
     }
     test_p2p_same_tag(h, G);
+    test_p2p_truncated(h, G);
 }
 
 /* ---- barrier ------------------------------------------------------------------------------- */
