@@ -75,21 +75,13 @@ static void fill_f32(float *x, size_t n, int kind, uint64_t seed, uint64_t key, 
     tdl_rng_t shared, own;
     tdl_rng_init(&shared, seed ^ key, 1000);
     tdl_rng_init(&own, seed ^ key, (uint64_t)rank + 1);
-    float scale = 1;
-    for (size_t i = 0; i < n; i++) {
-        if (kind == IN_INTS) {
-            x[i] = (float)((int)tdl_rng_below(&own, 2001) - 1000);
-        } else if (kind == IN_NORMAL) {
-            x[i] = tdl_rng_normal(&own);
-        } else {
-            /* tests/mpi/codec_allreduce.c's: heavy tails, blocks of 1024 with log-normal scales,
-             * a signal shared by the ranks plus a part of their own */
-            if (i % 1024 == 0)
-                scale = expf(1.5f * tdl_rng_normal(&shared));
-            float s = tdl_rng_normal(&shared) / (0.2f + fabsf(tdl_rng_normal(&shared)));
-            x[i] = scale * (s + 0.7f * tdl_rng_normal(&own));
-        }
+    if (kind == IN_GRAD) {
+        harness_fill_grad(x, n, &shared, &own);
+        return;
     }
+    for (size_t i = 0; i < n; i++)
+        x[i] = kind == IN_INTS ? (float)((int)tdl_rng_below(&own, 2001) - 1000)
+                               : tdl_rng_normal(&own);
 }
 
 /* ---- bit-identity, in batches --------------------------------------------------------------- */

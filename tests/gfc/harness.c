@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -255,6 +256,17 @@ uint64_t harness_hash(const void *buf, size_t len)
         x *= 0x100000001b3ull;
     }
     return x;
+}
+
+void harness_fill_grad(float *x, size_t n, tdl_rng_t *shared, tdl_rng_t *own)
+{
+    float scale = 1;
+    for (size_t i = 0; i < n; i++) {
+        if (i % 1024 == 0)
+            scale = expf(1.5f * fmaxf(-3.0f, fminf(3.0f, tdl_rng_normal(shared))));
+        float s = tdl_rng_normal(shared) / (0.2f + fabsf(tdl_rng_normal(shared)));
+        x[i] = scale * (s + 0.7f * tdl_rng_normal(own));
+    }
 }
 
 void *harness_xmalloc(size_t bytes)

@@ -56,6 +56,12 @@ void harness_shuffle(tdl_rng_t *rng, int *v, int n);
 /* A random group of min..max distinct world ranks in random order; `ranks` has room for
  * `world` entries. Returns the size. */
 int harness_random_group(tdl_rng_t *rng, int world, int min, int max, int *ranks);
+/* n gradient-like values, as the codec tests feed them: heavy tails, blocks of 1024 with
+ * log-normal scales (from `shared`), a signal shared by the ranks (from `shared`) plus a part of
+ * each rank's own (from `own`). The scales' normals are kept within 3 sigma, so that 8 ranks'
+ * sums stay inside fp16's range (65504): at 4.2 sigma one draw's sum came to -85298 and fp16
+ * rightly gave -inf (test_gfc_hier, 8 ranks, seed 18053846566442614035). */
+void harness_fill_grad(float *x, size_t n, tdl_rng_t *shared, tdl_rng_t *own);
 /* malloc that aborts, naming the size, when memory runs out (at least 1 byte). */
 void *harness_xmalloc(size_t bytes);
 /* Index of rank in ranks, or -1. */

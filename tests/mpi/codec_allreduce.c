@@ -29,20 +29,13 @@ static const fmt_t formats[] = {
     {"dynamiq", false, 1.5e-2},
 };
 
-/* Rank r's values: heavy-tailed, blocks of 1024 with log-normal scales, a signal shared by the
- * ranks plus a part of their own. */
+/* Rank r's values: harness_fill_grad's, a pure function of the seed and the rank. */
 static void fill(float *x, size_t n, uint64_t seed, int rank)
 {
     tdl_rng_t shared, own;
     tdl_rng_init(&shared, seed, 1000);
     tdl_rng_init(&own, seed, (uint64_t)rank);
-    float scale = 1;
-    for (size_t i = 0; i < n; i++) {
-        if (i % 1024 == 0)
-            scale = expf(1.5f * tdl_rng_normal(&shared));
-        float s = tdl_rng_normal(&shared) / (0.2f + fabsf(tdl_rng_normal(&shared)));
-        x[i] = scale * (s + 0.7f * tdl_rng_normal(&own));
-    }
+    harness_fill_grad(x, n, &shared, &own);
 }
 
 int main(int argc, char **argv)
