@@ -62,6 +62,12 @@ struct gfc_runtime {
     _Atomic uint64_t *ep_failed_ns; /* [size]: when UCX reported a peer's endpoint failed, or 0;
                                      * the keep-alive thread declares it dead a moment later unless
                                      * it said BYE meanwhile (a peer that ends reads as failed) */
+    struct gfc_left {            /* [size]: of a peer that has left (GFC_PEER_LEFT) */
+        bool busy;               /* it left with collectives unfinished (its BYE said so) */
+        uint64_t seen_ns, seen_idle; /* main thread: when a request was first found owed by it
+                                      * (0: not yet), and idle_passes then */
+    } *left;
+    uint64_t idle_passes;        /* progress passes in which UCX had nothing to do */
     gfc_live_t *live;            /* NULL: no keep-alive (one rank, or dead_after_ms 0) */
     bool ending;                 /* gfc_runtime_destroy is running: peers' endpoints fail as
                                   * they close, which declares nothing */

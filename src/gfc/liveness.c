@@ -37,7 +37,7 @@ typedef struct live_msg {
     uint32_t magic;
     int32_t from;
     int32_t kind;
-    int32_t about; /* DEAD: the rank declared dead */
+    int32_t about; /* DEAD: the rank declared dead; BYE: 1 if it left collectives unfinished */
     char why[112]; /* DEAD: why the sender declared it (its own reason, not one it was told) */
 } live_msg_t;
 
@@ -348,9 +348,12 @@ static void live_receive(gfc_live_t *lv, uint64_t now)
             continue;
         }
         lv->peers[from].heard_ns = now;
-        if (m.kind == LIVE_BYE)
-            gfc_peer_declare(rt, from, GFC_PEER_LEFT, false,
-                             "has left (its runtime was destroyed)");
+        if (m.kind == LIVE_BYE) {
+            rt->left[from].busy = m.about > 0; /* published by the state's store */
+            gfc_peer_declare(rt, from, GFC_PEER_LEFT, false, "has left (its runtime was "
+                                                             "destroyed%s)",
+                             m.about > 0 ? " with collectives unfinished" : "");
+        }
         else if (m.kind == LIVE_DEAD && m.about >= 0 && m.about < rt->size) {
             m.why[sizeof(m.why) - 1] = '\0';
             gfc_peer_declare(rt, m.about, GFC_PEER_DEAD, false, "declared dead by rank %d: %s",
@@ -569,10 +572,13 @@ void gfc_live_destroy(gfc_runtime_t *rt)
     if (lv->peers) {
         /* BYE to every live peer (a fenced rank has nobody to tell), then a short flush: a
          * peer that misses it declares this rank dead after its bound, which is harmless */
+        /* BYE's `about`: 1 when this rank leaves collectives unfinished, which its peers may
+         * wait on; -1 when it has finished all it took part in */
+        int busy = rt->active_head ? 1 : -1;
         if (lv->running && atomic_load(&rt->fenced_by) < 0)
             for (int r = 0; r < rt->size; r++)
                 if (r != rt->rank && gfc_peer_state(rt, r) == GFC_PEER_ALIVE)
-                    live_send(lv, r, LIVE_BYE, -1, NULL);
+                    live_send(lv, r, LIVE_BYE, busy, NULL);
         uint64_t deadline = tdl_clock_ns() + 100000000ull;
         bool pending = true;
         while (pending && tdl_clock_ns() < deadline) {

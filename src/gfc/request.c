@@ -444,6 +444,35 @@ static tdl_status_t request_step(gfc_request_t *req)
 /* Fails the request if a member of its group is known dead, or this rank is fenced: a member
  * that waits only on live peers would otherwise wait for data they cannot send, since they wait
  * on the dead one. The error names the dead member and why it was declared so. */
+/* Whether `req` waits on `peer`, which has left (GFC_PEER_LEFT), for what will never come. A
+ * peer that left with collectives unfinished may be owed anything. One that had finished them
+ * delivered all it sent before it said BYE (gfc_runtime_destroy), but this rank may not have
+ * taken it in yet: only a transfer with it still pending once this rank's worker has been idle
+ * in two passes since it was first found pending (or 1 s on) is owed. A request with nothing
+ * pending with it does not depend on it (it has had its part); one that posts to it later is
+ * found then. */
+static bool left_peer_owes(gfc_request_t *req, int peer)
+{
+    gfc_runtime_t *rt = req->rt;
+    struct gfc_left *l = &rt->left[peer];
+    if (l->busy)
+        return true;
+    bool pending = false;
+    for (int i = 0; i < req->nxfers && !pending; i++) {
+        const gfc_xfer_t *x = &req->xfers[i];
+        pending = x->peer == peer && !x->done &&
+                  (x->copy || (x->ucx && ucp_request_check_status(x->ucx) == UCS_INPROGRESS));
+    }
+    if (!pending)
+        return false;
+    uint64_t now = tdl_clock_ns();
+    if (!l->seen_ns) {
+        l->seen_ns = now;
+        l->seen_idle = rt->idle_passes;
+    }
+    return rt->idle_passes - l->seen_idle >= 2 || now - l->seen_ns > 1000000000ull;
+}
+
 static void request_check_peers(gfc_request_t *req)
 {
     gfc_runtime_t *rt = req->rt;
@@ -452,6 +481,9 @@ static void request_check_peers(gfc_request_t *req)
     for (int i = 0; i < n && !req->finished; i++) {
         int peer = req->progress ? req->group.ranks[i] : req->xfers[i].peer;
         if (atomic_load(&rt->fenced_by) < 0 && (peer == rt->rank || gfc_peer_check(rt, peer)))
+            continue;
+        if (atomic_load(&rt->fenced_by) < 0 && gfc_peer_state(rt, peer) == GFC_PEER_LEFT &&
+            !left_peer_owes(req, peer))
             continue;
         tdl_status_t st = gfc_peer_error(rt, peer);
         request_fail(req, st, "%s", tdl_error_get());
@@ -469,6 +501,7 @@ static void request_check_peers(gfc_request_t *req)
 static unsigned progress_pass(gfc_runtime_t *rt, gfc_request_t *const *reqs, size_t count)
 {
     unsigned events = ucp_worker_progress(rt->worker);
+    rt->idle_passes += events == 0;
     /* A death declared since the last pass fails every request that depends on the dead rank,
      * whether it is being waited for or only tested. */
     int deaths = atomic_load(&rt->dead_count) + (atomic_load(&rt->fenced_by) >= 0);

@@ -266,10 +266,11 @@ tdl_status_t gfc_runtime_create(const gfc_runtime_config_t *config, gfc_runtime_
     rt->peer_why = calloc((size_t)rt->size, sizeof(*rt->peer_why));
     rt->live_addrs = calloc((size_t)rt->size, sizeof(*rt->live_addrs));
     rt->ep_failed_ns = calloc((size_t)rt->size, sizeof(*rt->ep_failed_ns));
+    rt->left = calloc((size_t)rt->size, sizeof(*rt->left));
     atomic_init(&rt->dead_count, 0);
     atomic_init(&rt->fenced_by, -1);
     if (!rt->eps || !rt->peer_status || !rt->peer_state || !rt->peer_why || !rt->live_addrs ||
-        !rt->ep_failed_ns) {
+        !rt->ep_failed_ns || !rt->left) {
         st = tdl_error_raise(TDL_ERR_NOMEM, "gfc: cannot allocate %d endpoints", rt->size);
         goto err_free;
     }
@@ -407,6 +408,7 @@ err_worker:
     ucp_worker_destroy(rt->worker);
     ucp_cleanup(rt->context);
 err_free:
+    free(rt->left);
     free(rt->ep_failed_ns);
     free(rt->live_addrs);
     free(rt->peer_why);
@@ -450,12 +452,16 @@ void gfc_runtime_destroy(gfc_runtime_t *rt)
     if (rt->requests_live)
         TDL_WARN("gfc: destroying the runtime with %zu requests not freed", rt->requests_live);
     rt->ending = true;
-    gfc_live_destroy(rt); /* first: the peers learn this rank has left, not died */
+    /* Everything sent is delivered before the peers hear BYE (the keep-alive thread runs on
+     * meanwhile): a peer that has yet to take this rank's last message then still finds it
+     * (request.c, left_peer_owes). BYE comes before the endpoints close, so that the peers learn
+     * this rank has left, not died. */
     ucp_request_param_t prm = {0};
     ucs_status_t fs = runtime_wait_ucx_ms(
         rt, ucp_worker_flush_nbx(rt->worker, &prm),
         gfc_runtime_dead_count(rt) ? TDL_MIN(rt->config.timeout_ms, CLOSE_WAIT_MS)
                                    : rt->config.timeout_ms);
+    gfc_live_destroy(rt);
     for (int r = 0; r < rt->size; r++) {
         if (!rt->eps[r])
             continue;
@@ -483,6 +489,7 @@ void gfc_runtime_destroy(gfc_runtime_t *rt)
     free(rt->peer_cookie);
     free(rt->peer_local);
     free(rt->peer_pid);
+    free(rt->left);
     free(rt->ep_failed_ns);
     free(rt->live_addrs);
     free(rt->peer_why);

@@ -662,6 +662,75 @@ static int run_throttled(harness_t *h)
     return harness_finish(h);
 }
 
+/* leave (4 ranks): a member that leaves on purpose (gfc_runtime_destroy) after its part fails no
+ * request that has, or is being sent, what it needs from it, and a receive from it that it never
+ * sent fails naming it, long before the timeout. Ranks 2, 0, 1 all-reduce by recursive doubling
+ * as members 0, 1, 2: member 0 (rank 2) sits out the core, sending its values to its buddy (rank
+ * 0) and taking the sum back from it. Rank 2 starts it and sleeps 0.8 s without progress; ranks 0
+ * and 1 finish, and rank 1 destroys its runtime (its BYE reaches rank 2); rank 3 dies, so that a
+ * death is declared while rank 2 sleeps and its next pass checks its requests' members. Before
+ * the fix that check failed the all-reduce with "rank 1 has left" (seen in CI, test_gfc_failure
+ * kill, in the survivors' all-reduce). Each rank prints LEAVE rank=R verdict=...; rank 2's
+ * counts. */
+static int run_leave(harness_t *h)
+{
+    int me = h->rank, members[3] = {2, 0, 1};
+    if (h->size != 4) {
+        harness_diag(h, "leave needs 4 ranks");
+        return harness_finish(h);
+    }
+    char why[400] = "";
+    gfc_group_t g;
+    tdl_status_t st = TDL_OK;
+    if (me != 3)
+        st = gfc_group_init(&g, h->rt, members, 3, 1);
+    int64_t in = me + 1, sum = 0;
+    gfc_allreduce_opts_t rd = {.algo = GFC_ALLREDUCE_RECURSIVE_DOUBLING};
+    if (me == 3) {
+        usleep(200000);
+        fflush(stdout);
+        raise(SIGKILL);
+    } else if (me == 2 && st == TDL_OK) {
+        gfc_request_t *req;
+        st = gfc_allreduce_start(&g, &in, &sum, 1, GFC_DT_I64, GFC_OP_SUM, &rd, &req);
+        if (st == TDL_OK) {
+            usleep(800000);
+            st = gfc_request_wait(req);
+        }
+        if (st != TDL_OK)
+            snprintf(why, sizeof(why), "the all-reduce: %s", tdl_error_get());
+        else if (sum != 6)
+            snprintf(why, sizeof(why), "sum %" PRId64 ", want 6", sum);
+        int dead = gfc_peer_state(h->rt, 3), left = gfc_peer_state(h->rt, 1);
+        if (!why[0] && (dead != GFC_PEER_DEAD || left != GFC_PEER_LEFT))
+            snprintf(why, sizeof(why), "rank 3 %s dead, rank 1 %s left",
+                     dead == GFC_PEER_DEAD ? "is" : "is not", left == GFC_PEER_LEFT ? "has" : "has not");
+        /* a message rank 1 never sent: refused as from a rank that has left */
+        char buf[16];
+        double t0 = tdl_clock_s();
+        tdl_status_t rs = gfc_recv(&g, 2, 99, buf, sizeof(buf), NULL);
+        double dt = tdl_clock_s() - t0;
+        const char *err = tdl_error_get();
+        if (!why[0] && (rs != TDL_ERR_PEER || !strstr(err, "rank 1 has left")))
+            snprintf(why, sizeof(why), "a receive from rank 1 after it left: status %s, '%s'",
+                     tdl_status_str(rs), err);
+        else if (!why[0] && dt > 0.5)
+            snprintf(why, sizeof(why), "a receive from rank 1 after it left took %.2f s", dt);
+    } else if (st == TDL_OK) {
+        st = gfc_allreduce(&g, &in, &sum, 1, GFC_DT_I64, GFC_OP_SUM, &rd);
+        if (st != TDL_OK || sum != 6)
+            snprintf(why, sizeof(why), "the all-reduce: %s, sum %" PRId64,
+                     st == TDL_OK ? "ok" : tdl_error_get(), sum);
+        if (me == 0)
+            usleep(1500000); /* rank 2's sum comes from here; stay until it has checked */
+    }
+    printf("LEAVE rank=%d verdict=%s%s%s\n", me, why[0] ? "FAIL" : "PASS", why[0] ? " why=" : "",
+           why);
+    fflush(stdout);
+    gfc_runtime_destroy(h->rt);
+    _exit(0); /* MPI is not safe to touch with a dead peer */
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "silent";
@@ -685,5 +754,7 @@ int main(int argc, char **argv)
         return run_refused(&h);
     if (strcmp(mode, "throttled") == 0)
         return run_throttled(&h);
+    if (strcmp(mode, "leave") == 0)
+        return run_leave(&h);
     return run_silent(&h);
 }

@@ -63,4 +63,18 @@ for np in 3 4; do
     victim_run stop "stopped peer" "got TDL_ERR_PEER naming it and its silence within \
 gfc-dead-after-ms + 3 s, held it alone dead, then ran an allreduce among themselves"
 done
+
+# a member that leaves on purpose after its part fails nobody's all-reduce, even when a death
+# makes the others check their requests' members; a receive from it afterwards names it as gone
+t0=`date +%s`
+tidal_mpirun 4 --enable-recovery "$prog" leave >"$tmp.out" 2>"$tmp.err"; rc=$?
+grep '^LEAVE' "$tmp.out" | sed 's/^/# /'
+case $rc in
+124 | 137) not_ok "np=4 a member leaves: mpirun hung and was killed (exit $rc)" ;;
+*) ok "np=4 a member leaves: mpirun ended by itself (exit $rc)" ;;
+esac
+check "np=4 a member leaves after its part, then a death: the sitting-out member's all-reduce \
+completes with the sum, and a receive from the leaver names it as gone" \
+    grep -q '^LEAVE rank=2 verdict=PASS' "$tmp.out"
+diag "np=4 a member leaves: `expr \`date +%s\` - $t0` s"
 done_testing
