@@ -350,11 +350,10 @@ static void live_receive(gfc_live_t *lv, uint64_t now)
         lv->peers[from].heard_ns = now;
         if (m.kind == LIVE_BYE) {
             rt->left[from].busy = m.about > 0; /* published by the state's store */
-            gfc_peer_declare(rt, from, GFC_PEER_LEFT, false, "has left (its runtime was "
-                                                             "destroyed%s)",
+            gfc_peer_declare(rt, from, GFC_PEER_LEFT, false,
+                             "has left (its runtime was destroyed%s)",
                              m.about > 0 ? " with collectives unfinished" : "");
-        }
-        else if (m.kind == LIVE_DEAD && m.about >= 0 && m.about < rt->size) {
+        } else if (m.kind == LIVE_DEAD && m.about >= 0 && m.about < rt->size) {
             m.why[sizeof(m.why) - 1] = '\0';
             gfc_peer_declare(rt, m.about, GFC_PEER_DEAD, false, "declared dead by rank %d: %s",
                              from, m.why);
@@ -571,9 +570,9 @@ void gfc_live_destroy(gfc_runtime_t *rt)
     }
     if (lv->peers) {
         /* BYE to every live peer (a fenced rank has nobody to tell), then a short flush: a
-         * peer that misses it declares this rank dead after its bound, which is harmless */
-        /* BYE's `about`: 1 when this rank leaves collectives unfinished, which its peers may
-         * wait on; -1 when it has finished all it took part in */
+         * peer that misses it declares this rank dead after its bound, which is harmless. Its
+         * `about`: 1 when this rank leaves collectives unfinished, which its peers may wait on;
+         * -1 when it has finished all it took part in. */
         int busy = rt->active_head ? 1 : -1;
         if (lv->running && atomic_load(&rt->fenced_by) < 0)
             for (int r = 0; r < rt->size; r++)

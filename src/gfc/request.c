@@ -350,10 +350,12 @@ tdl_status_t gfc_xfers_poll(gfc_request_t *req,
                 x.done = true;
                 x.status = s;
                 xfer_release(rt, &x);
-                if (s == UCS_OK && x.recv)
+                if (s == UCS_OK && x.recv) {
                     recv_landed(rt, &x, &info);
-                free(x.bounce);
-                x.bounce = NULL;
+                } else {
+                    free(x.bounce);
+                    x.bounce = NULL;
+                }
             }
         }
         if (x.done && st == TDL_OK) {
@@ -441,9 +443,6 @@ static tdl_status_t request_step(gfc_request_t *req)
     return req->finished ? req->status : TDL_OK;
 }
 
-/* Fails the request if a member of its group is known dead, or this rank is fenced: a member
- * that waits only on live peers would otherwise wait for data they cannot send, since they wait
- * on the dead one. The error names the dead member and why it was declared so. */
 /* Whether `req` waits on `peer`, which has left (GFC_PEER_LEFT), for what will never come. A
  * peer that left with collectives unfinished may be owed anything. One that had finished them
  * delivered all it sent before it said BYE (gfc_runtime_destroy), but this rank may not have
@@ -473,6 +472,10 @@ static bool left_peer_owes(gfc_request_t *req, int peer)
     return rt->idle_passes - l->seen_idle >= 2 || now - l->seen_ns > 1000000000ull;
 }
 
+/* Fails the request if a member of its group is known dead, or this rank is fenced: a member
+ * that waits only on live peers would otherwise wait for data they cannot send, since they wait
+ * on the dead one. A member that has left fails it only where it owes it something
+ * (left_peer_owes). The error names the member and why it is gone. */
 static void request_check_peers(gfc_request_t *req)
 {
     gfc_runtime_t *rt = req->rt;
@@ -480,10 +483,9 @@ static void request_check_peers(gfc_request_t *req)
     int n = req->progress ? req->group.size : req->nxfers;
     for (int i = 0; i < n && !req->finished; i++) {
         int peer = req->progress ? req->group.ranks[i] : req->xfers[i].peer;
-        if (atomic_load(&rt->fenced_by) < 0 && (peer == rt->rank || gfc_peer_check(rt, peer)))
-            continue;
-        if (atomic_load(&rt->fenced_by) < 0 && gfc_peer_state(rt, peer) == GFC_PEER_LEFT &&
-            !left_peer_owes(req, peer))
+        if (atomic_load(&rt->fenced_by) < 0 &&
+            (peer == rt->rank || gfc_peer_check(rt, peer) ||
+             (gfc_peer_state(rt, peer) == GFC_PEER_LEFT && !left_peer_owes(req, peer))))
             continue;
         tdl_status_t st = gfc_peer_error(rt, peer);
         request_fail(req, st, "%s", tdl_error_get());
